@@ -1,0 +1,58 @@
+"""The one place where exceptions become exit codes (and crash logs)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import platform
+import signal
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+from patchkit import __version__, render
+from patchkit.errors import EXIT_INTERRUPTED, Internal, Interrupted, PatchkitError
+
+
+def _raise_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM behaves like Ctrl-C, so every ``finally`` and rollback runs."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def crash_log_dir() -> Path:
+    return Path(os.environ.get("PATCHKIT_HOME", ".patchkit")) / "logs"
+
+
+def write_crash_log(command: str, exc: BaseException) -> Path:
+    directory = crash_log_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = directory / f"crash-{command}-{stamp}-{os.getpid()}.log"
+    path.write_text(
+        f"patchkit {__version__} on Python {platform.python_version()} ({platform.platform()})\n"
+        f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
+    )
+    return path
+
+
+@contextlib.contextmanager
+def handle_errors(command: str, as_json: bool) -> Iterator[None]:
+    """Map exceptions to exit codes: PatchkitError -> its code, Ctrl-C -> 130, anything else -> 3."""
+    try:
+        yield
+    except PatchkitError as error:
+        render.emit_error(command, error, as_json)
+        sys.exit(error.exit_code)
+    except KeyboardInterrupt:
+        render.emit_error(command, Interrupted("interrupted; the target was left as it was"), as_json)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - the top-level safety net
+        log = write_crash_log(command, exc)
+        render.emit_error(command, Internal(f"internal error: {exc!r}"), as_json, str(log))
+        sys.exit(Internal.exit_code)

@@ -50,3 +50,25 @@ class Gate(Protocol):
 
 def tree_path(root: Path, rel: str) -> Path:
     return root / rel
+
+
+@dataclass(frozen=True)
+class VerifyContext:
+    """Everything a gate may read. Gates never modify the target tree."""
+
+    root: Path  # target tree root (holds python/sglang/...)
+    set_dir: Path  # the patch-set directory (manifest.toml, series, patches, expectations)
+    manifest: dict[str, Any]  # the parsed manifest.toml
+    touched: tuple[str, ...]  # tree-relative paths the series touches or creates
+    cache_dir: Path  # gate result cache, keyed by content hashes
+    env_dir: Path  # where isolated environments are created and cached
+
+    def gate_config(self, gate: str) -> dict[str, Any]:
+        """The manifest's ``[verify.<gate>]`` table (empty when absent)."""
+        return dict(self.manifest.get("verify", {}).get(gate, {}))
+
+    def isolated_python(self) -> Path:
+        """The interpreter of the isolated CPU environment pinned in ``[verify.env]`` (created on demand)."""
+        from patchkit.envs import ensure_env  # lazy: building an env is the slow path
+
+        return ensure_env(self.manifest.get("verify", {}).get("env", {}), self.env_dir)

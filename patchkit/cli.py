@@ -55,6 +55,48 @@ def cli() -> None:
 # ---------------------------------------------------------------- GPU smoke test
 
 
+@cli.command()
+@set_option
+@target_option
+@click.option("--gpus", type=click.IntRange(min=0), required=True,
+              help="GPUs to use (tensor parallel size); 0 = CPU stand-in mode, GPU checks skipped.")
+@click.option("--model", type=click.Path(path_type=Path), required=True, help="Target model directory.")
+@click.option("--draft-model", type=click.Path(path_type=Path), required=True, help="DFlash draft model directory.")
+@click.option("--port", type=int, default=30000, show_default=True, help="Server port (both servers, in turn).")
+@click.option("--prompts", type=click.Path(path_type=Path), default=None,
+              help="Prompt file (JSONL); default: the set's smoke prompts.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="Tokens per prompt.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds each server may take to become healthy (default: the set's).")
+@click.option("--python", default=sys.executable, show_default="this interpreter",
+              help="Interpreter that runs the server.")
+@click.option("--logs", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Directory for the server logs (default: .patchkit/logs/smoke-<time>).")
+@click.option("--preflight-only", is_flag=True, help="Run the preflight checks, start nothing.")
+@json_option
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_tokens, timeout_s, python, logs,
+          preflight_only, as_json, extra_args) -> None:
+    """Launch the patched server (baseline, then DDTREE), prove greedy outputs identical, tear down.
+
+    Arguments after -- go to both servers. Exit 0 all prompts identical, 1 mismatch or server failure,
+    2 preflight failed or bad input, 130 interrupted (servers torn down).
+    """
+    from patchkit.smoke.run import SmokeOptions, default_set_dir, default_target, run_smoke
+
+    def core() -> CommandResult:
+        chosen_set = set_dir or default_set_dir()
+        options = SmokeOptions(
+            set_dir=chosen_set, target=target or default_target(), gpus=gpus, model=model,
+            draft_model=draft_model, port=port, prompts=prompts, max_new_tokens=max_new_tokens,
+            timeout_s=timeout_s, python=python, logs=logs, extra_args=tuple(extra_args),
+            preflight_only=preflight_only,
+        )
+        return run_smoke(options, render.SmokeConsole())
+
+    run_command("smoke", as_json, core)
+
+
 # ---------------------------------------------------------------- offline bundles and test models
 
 

@@ -21,6 +21,7 @@ The ``[smoke]`` table of ``manifest.toml`` (every key optional)::
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,9 @@ def load_manifest(set_dir: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:
-        line = getattr(error, "lineno", None)
+        # Python < 3.14 has no lineno attribute; the message says "(at line N, column M)".
+        found = re.search(r"at line (\d+)", str(error))
+        line = getattr(error, "lineno", None) or (int(found.group(1)) if found else None)
         raise BadInput(f"invalid TOML: {error}", location=location(path, line)) from error
 
 

@@ -100,6 +100,18 @@ def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_toke
 # ---------------------------------------------------------------- offline bundles and test models
 
 
+@cli.command()
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Directory that receives target/ and draft/.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@json_option
+def testmodels(out, seed, as_json) -> None:
+    """Write a tiny random Qwen3 target and a matching DFlash draft (no tokenizer; use input ids)."""
+    from patchkit.testmodels import write_test_models
+
+    run_command("testmodels", as_json, lambda: write_test_models(out, seed))
+
+
 def main() -> None:
     install_signal_handlers()
     cli(prog_name="patchkit")

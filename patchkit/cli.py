@@ -102,6 +102,36 @@ def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_toke
 
 @cli.command()
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Directory for wheels/, requirements.lock, bundle.json and install.sh.")
+@click.option("--freeze", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
+              help="The host's `python -m pip freeze` output.")
+@click.option("--have", multiple=True, metavar="NAME==VER", help="A package the host already has (repeatable).")
+@click.option("--python-version", default="3.12", show_default=True, help="The host's Python (X.Y).")
+@click.option("--platform", "platforms", multiple=True, default=("manylinux_2_34_x86_64",), show_default=True,
+              help="The host's wheel platform tag (repeatable).")
+@click.option("--requirement", "requirements", multiple=True, default=("sglang==0.5.12",), show_default=True,
+              help="What to bundle (repeatable).")
+@click.option("--index-url", default=None, help="Package index (default: pip's).")
+@click.option("--find-links", multiple=True, type=click.Path(path_type=Path), help="Extra wheel directory.")
+@click.option("--no-index", is_flag=True, help="Use only --find-links.")
+@click.option("--drop", multiple=True, metavar="DIST:GLOB", help="Slim: drop matching wheel members.")
+@click.option("--exclude", multiple=True, metavar="DIST", help="Leave a whole distribution out.")
+@click.option("--check-import", "check_imports", multiple=True, default=("sglang", "sglang.launch_server"),
+              show_default=True, help="Module install.sh imports on the host after installing.")
+@json_option
+def bundle(out, freeze, have, python_version, platforms, requirements, index_url, find_links, no_index, drop,
+           exclude, check_imports, as_json) -> None:
+    """Build an offline wheelhouse for a GPU host from the packages it already has."""
+    from patchkit.bundle import Target, build_bundle
+
+    run_command("bundle", as_json, lambda: build_bundle(
+        out=out, requirements=tuple(requirements), freeze=freeze, have=tuple(have),
+        target=Target(python_version, tuple(platforms)), index_url=index_url, find_links=tuple(find_links),
+        no_index=no_index, drop=tuple(drop), exclude=tuple(exclude), check_imports=tuple(check_imports)))
+
+
+@cli.command()
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Directory that receives target/ and draft/.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
 @json_option

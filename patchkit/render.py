@@ -164,3 +164,25 @@ def _human_smoke(result: SmokeResult) -> None:
     verdict = "PASS" if result.ok else "FAIL"
     stdout.print(f"smoke: {verdict}: {matched}/{len(result.prompts)} prompts identical, "
                  f"{result.mismatches} mismatched; logs in {result.logs}", markup=False)
+
+
+# ---------------------------------------------------------------- bundle
+
+from patchkit.bundle import BundleResult  # noqa: E402
+
+
+@human.register(BundleResult)
+def _human_bundle(result: BundleResult) -> None:
+    table = Table(title=f"bundle for Python {result.python_version} on {', '.join(result.platforms)}")
+    for column in ("wheel", "sha256", "slimmed"):
+        table.add_column(column)
+    for wheel in result.wheels:
+        slim = f"{len(wheel.dropped_members)} members dropped" if wheel.dropped_members else ""
+        table.add_row(wheel.file, wheel.sha256[:16] + "…", slim)
+    stdout.print(table)
+    if result.skipped_host_packages:
+        stdout.print(f"already on the host (not bundled): {', '.join(result.skipped_host_packages)}", markup=False)
+    if result.excluded:
+        stdout.print(f"excluded: {', '.join(result.excluded)}", markup=False)
+    stdout.print(f"copy {result.out} to the host, then run there: {result.install_command} "
+                 f"(inside {result.out.name}/)", markup=False)

@@ -6,6 +6,7 @@ GPUs are listed with ``nvidia-smi``; where it is missing, with torch in the serv
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 from dataclasses import dataclass
@@ -78,13 +79,32 @@ def list_gpus(python: str) -> tuple[list[GpuInfo], str | None]:
     return [], None
 
 
+#: A GPU with less free memory than this share of its total is held by someone else (perhaps a server a
+#: killed run left behind); a server started there would run out of memory, so preflight refuses.
+MIN_FREE_SHARE = 0.5
+
+
+def visible(gpus: list[GpuInfo], cuda_visible: str | None) -> list[GpuInfo]:
+    """nvidia-smi lists every GPU; keep those CUDA_VISIBLE_DEVICES exposes, in its order."""
+    if cuda_visible is None or not all(part.strip().isdigit() for part in cuda_visible.split(",") if part.strip()):
+        return gpus  # unset, or UUIDs: take nvidia-smi's list as it is
+    by_index = {g.index: g for g in gpus}
+    return [by_index[int(p)] for p in cuda_visible.split(",") if p.strip() and int(p) in by_index]
+
+
 def check_gpus(wanted: int, python: str) -> tuple[Check, list[GpuInfo], str | None]:
     gpus, source = list_gpus(python)
     if source is None:
         return Check("gpus", False, "no GPU found: nvidia-smi and torch.cuda both unavailable"), [], None
+    if source == "nvidia-smi":
+        gpus = visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     listing = ", ".join(f"{g.index}: {g.name} ({g.free_mib} MiB free of {g.total_mib})" for g in gpus)
     if len(gpus) < wanted:
         return Check("gpus", False, f"{wanted} GPUs wanted, {len(gpus)} visible ({listing or 'none'})"), gpus, source
+    busy = [g for g in gpus[:wanted] if g.free_mib < MIN_FREE_SHARE * g.total_mib]
+    if busy:
+        names = ", ".join(f"GPU {g.index} has {g.free_mib} of {g.total_mib} MiB free" for g in busy)
+        return Check("gpus", False, f"{names}; another process holds it (see nvidia-smi)"), gpus, source
     return Check("gpus", True, f"{len(gpus)} visible via {source}: {listing}"), gpus, source
 
 

@@ -8,16 +8,17 @@ import stat
 from conftest import make_target
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
-# Answers the query patchkit sends, like nvidia-smi on a one-GPU H200 host.
-echo "0, NVIDIA H200, 140000, 143771"
+# Answers the query patchkit sends, like nvidia-smi on an H200 host.
+printf '%s\\n' {rows}
 """
+ONE_H200 = '"0, NVIDIA H200, 140000, 143771"'
 
 
-def fake_gpu_path(tmp_path):
+def fake_gpu_path(tmp_path, rows=ONE_H200):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     tool = bin_dir / "nvidia-smi"
-    tool.write_text(FAKE_NVIDIA_SMI)
+    tool.write_text(FAKE_NVIDIA_SMI.format(rows=rows))
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
 
@@ -50,6 +51,23 @@ def test_too_few_gpus_fails_with_the_listing(smoke_env):
     message = out.doc["error"]["message"]
     assert "2 GPUs wanted, 1 visible (0: NVIDIA H200 (140000 MiB free of 143771))" in message
     assert not smoke_env.logs.exists()
+
+
+def test_gpu_held_by_another_process_fails(smoke_env):
+    rows = '"0, NVIDIA H200, 140000, 143771" "1, NVIDIA H200, 3000, 143771"'
+    smoke_env.env["PATH"] = fake_gpu_path(smoke_env.tmp, rows)
+    out = smoke_env.run("--preflight-only", "--gpus", "2")
+    assert out.code == 2
+    assert "GPU 1 has 3000 of 143771 MiB free; another process holds it" in out.doc["error"]["message"]
+
+
+def test_cuda_visible_devices_selects_the_gpus(smoke_env):
+    rows = '"0, NVIDIA H200, 3000, 143771" "1, NVIDIA H200, 140000, 143771"'
+    smoke_env.env["PATH"] = fake_gpu_path(smoke_env.tmp, rows)
+    smoke_env.env["CUDA_VISIBLE_DEVICES"] = "1"
+    out = smoke_env.run("--preflight-only", "--gpus", "1")
+    assert out.code == 0, out.stderr
+    assert [g["index"] for g in out.doc["result"]["preflight"]["gpus"]] == [1]
 
 
 def test_every_preflight_failure_is_named_at_once(smoke_env):

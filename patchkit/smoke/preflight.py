@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit import proc
-from patchkit.smoke.setinfo import target_patched_by
+from patchkit.smoke.setinfo import PatchStateUnknown, target_patched_by
 
 GPU_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.free,memory.total", "--format=csv,noheader,nounits")
 TORCH_QUERY = (
@@ -144,7 +144,11 @@ def check_target(target: Path, set_id: str) -> Check:
     package = target / "python" / "sglang"
     if not package.is_dir():
         return Check("target", False, f"{package} not found; pass --target with an SGLang tree")
-    if not target_patched_by(target, set_id):
+    try:
+        patched = target_patched_by(target, set_id)
+    except PatchStateUnknown as error:
+        return Check("target", False, f"cannot tell whether {target} is patched by {set_id}: {error}")
+    if not patched:
         return Check("target", False, f"{target} is not patched by {set_id}; run patchkit apply first")
     return Check("target", True, f"{target} is patched by {set_id}")
 

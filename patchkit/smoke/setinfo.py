@@ -126,14 +126,24 @@ def load_smoke_profile(set_dir: Path) -> SmokeProfile:
     )
 
 
-def target_patched_by(target: Path, set_id: str) -> bool:
-    """Whether HEAD's history holds a commit carrying the trailer ``Patchkit-Set: <set_id>``."""
-    import git  # gitpython; imported here so the module loads without it for manifest-only use
+class PatchStateUnknown(Exception):
+    """Whether the target is patched cannot be told (no git, not a repository)."""
 
+
+def target_patched_by(target: Path, set_id: str) -> bool:
+    """Whether HEAD's history holds a commit carrying the trailer ``Patchkit-Set: <set_id>``.
+
+    Raises :class:`PatchStateUnknown` when git or the repository is missing.
+    """
     try:
-        repo = git.Repo(target)
-        commits = list(repo.iter_commits("HEAD", max_count=500))
-    except (git.exc.InvalidGitRepositoryError, git.exc.NoSuchPathError, ValueError, git.exc.GitCommandError):
-        return False
+        import git  # gitpython, which needs the git executable
+    except ImportError as error:
+        raise PatchStateUnknown(f"git is not usable here ({error})") from error
+    try:
+        commits = list(git.Repo(target).iter_commits("HEAD", max_count=500))
+    except (git.exc.InvalidGitRepositoryError, git.exc.NoSuchPathError) as error:
+        raise PatchStateUnknown(f"{target} is not a git repository") from error
+    except (ValueError, git.exc.GitCommandError) as error:
+        raise PatchStateUnknown(f"cannot read the history of {target}: {error}") from error
     wanted = f"{SET_TRAILER}: {set_id}"
     return any(line.strip() == wanted for commit in commits for line in str(commit.message).splitlines())

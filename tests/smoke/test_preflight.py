@@ -121,3 +121,11 @@ def test_typo_in_an_option_is_a_usage_error(smoke_env):
     out = smoke_env.run("--max-new-token", "4")
     assert out.code == 2
     assert "No such option" in out.stderr
+
+
+def test_target_that_is_not_a_repository_is_reported_as_unknown(smoke_env):
+    plain = smoke_env.tmp / "plain"
+    (plain / "python" / "sglang").mkdir(parents=True)
+    out = smoke_env.run("--preflight-only", "--target", str(plain))
+    assert out.code == 2
+    assert f"cannot tell whether {plain} is patched by ddtree@1: {plain} is not a git repository" in out.doc["error"]["message"]

@@ -115,3 +115,17 @@ def test_greedy_walks_vary_and_the_draft_is_often_but_not_always_right():
             right += guess == seq[i]
             wrong += guess != seq[i]
     assert right > wrong > 0, (right, wrong)
+
+
+def test_target_matches_hf_transformers_qwen3(written):
+    """Where transformers is installed (the GPU host has it): the written target is a valid Qwen3 whose
+    logits equal the reference forward's, so the weight arrangement means what the docstring says."""
+    transformers = pytest.importorskip("transformers")
+    out, _ = written
+    model = transformers.AutoModelForCausalLM.from_pretrained(out / "target", torch_dtype=torch.float32).eval()
+    target, _draft, _f = tm.build_weights(3)
+    rounded = {name: tensor.to(torch.bfloat16).float() for name, tensor in target.items()}
+    ids = [15, 86, 225, 90, 253, 77, 24, 186]
+    with torch.no_grad():
+        theirs = model(torch.tensor([ids])).logits[0]
+    assert torch.allclose(theirs, ref.target_logits(rounded, ids), atol=1e-4)

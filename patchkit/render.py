@@ -155,15 +155,17 @@ def _smoke_prompts(result: SmokeResult) -> None:
 def _human_smoke(result: SmokeResult) -> None:
     _smoke_preflight(result)
     if result.preflight_only:
-        stdout.print("smoke: preflight passed (nothing started)", markup=False)
+        verdict = "passed" if result.ok else "FAILED"
+        stdout.print(f"smoke: preflight {verdict} (nothing started)", markup=False)
         return
     _smoke_servers(result.servers)
     if result.prompts:
         _smoke_prompts(result)
     matched = sum(p.matched for p in result.prompts)
     verdict = "PASS" if result.ok else "FAIL"
+    speed = f", DDTREE at {result.speedup:.2f}x baseline tokens/s" if result.speedup else ""
     stdout.print(f"smoke: {verdict}: {matched}/{len(result.prompts)} prompts identical, "
-                 f"{result.mismatches} mismatched; logs in {result.logs}", markup=False)
+                 f"{result.mismatches} mismatched{speed}; logs in {result.logs}", markup=False)
 
 
 # ---------------------------------------------------------------- bundle

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from patchkit.errors import BadInput, Interrupted
+from patchkit.errors import EXIT_BAD_INPUT, BadInput, Interrupted
 from patchkit.results import CommandResult
 from patchkit.smoke import client
 from patchkit.smoke.compare import PromptComparison, ServerStats, compare, summarize
@@ -103,6 +103,12 @@ class SmokeResult(CommandResult):
     prompts: tuple[PromptComparison, ...] = ()
     skipped_prompts: tuple[str, ...] = ()
     mismatches: int = 0
+    speedup: float | None = None  # DDTREE tokens/s over baseline tokens/s (means over prompts)
+
+    @property
+    def exit_code(self) -> int:
+        """A failed preflight is bad input (2), also when --preflight-only shows the whole table."""
+        return EXIT_BAD_INPUT if self.preflight_only and not self.ok else super().exit_code
 
 
 def default_set_dir(root: Path = Path("ddtree_patches")) -> Path:
@@ -235,10 +241,13 @@ def run_smoke(opts: SmokeOptions, ui: SmokeUI | None = None) -> SmokeResult:
     prompts, skipped = usable_prompts(all_prompts, (*profile.server_args, *opts.extra_args))
     if not prompts:
         raise BadInput("no prompt can run: every prompt is text and the server skips its tokenizer")
+    if opts.preflight_only:  # show every check, passing or not
+        preflight = run_preflight(gpus=opts.gpus, python=opts.python, ports=(opts.port,), model=opts.model,
+                                  draft_model=opts.draft_model, target=opts.target, set_id=profile.set_id)
+        return SmokeResult(command="smoke", ok=preflight.ok, set_id=profile.set_id, gpus=opts.gpus,
+                           preflight=preflight, preflight_only=True)
     preflight = preflight_or_raise(opts, profile)
     base = dict(command="smoke", set_id=profile.set_id, gpus=opts.gpus, preflight=preflight)
-    if opts.preflight_only:
-        return SmokeResult(ok=True, preflight_only=True, **base)
     logs = opts.logs or default_logs_dir()
     runs, outputs = [], []
     for role in ROLES:
@@ -251,4 +260,10 @@ def run_smoke(opts: SmokeOptions, ui: SmokeUI | None = None) -> SmokeResult:
     mismatches = sum(not c.matched for c in comparisons)
     ok = len(runs) == 2 and all(r.ok for r in runs) and mismatches == 0 and len(comparisons) == len(prompts)
     return SmokeResult(ok=ok, logs=logs, servers=tuple(runs), prompts=comparisons, skipped_prompts=skipped,
-                       mismatches=mismatches, **base)
+                       mismatches=mismatches, speedup=_speedup(runs), **base)
+
+
+def _speedup(runs: list[ServerRun]) -> float | None:
+    if len(runs) != 2 or not all(r.stats.prompts and r.stats.tokens_per_s for r in runs):
+        return None
+    return runs[1].stats.tokens_per_s / runs[0].stats.tokens_per_s

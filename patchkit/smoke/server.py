@@ -110,10 +110,13 @@ class ServerGroup:
             log_file.write(f"$ {' '.join(self.argv)}\n".encode())
             log_file.flush()
             # The only long-running child patchkit starts; proc.run is for run-to-completion commands.
-            self._popen = subprocess.Popen(  # noqa: S603
-                self.argv, env=self.env, stdout=log_file, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )
+            try:
+                self._popen = subprocess.Popen(  # noqa: S603
+                    self.argv, env=self.env, stdout=log_file, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                )
+            except OSError as error:
+                raise self.failure(f"could not start {self.argv[0]}: {error}") from error
         self.started_at = time.monotonic()
 
     def exit_code(self) -> int | None:

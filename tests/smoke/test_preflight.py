@@ -57,8 +57,11 @@ def test_gpu_held_by_another_process_fails(smoke_env):
     rows = '"0, NVIDIA H200, 140000, 143771" "1, NVIDIA H200, 3000, 143771"'
     smoke_env.env["PATH"] = fake_gpu_path(smoke_env.tmp, rows)
     out = smoke_env.run("--preflight-only", "--gpus", "2")
-    assert out.code == 2
-    assert "GPU 1 has 3000 of 143771 MiB free; another process holds it" in out.doc["error"]["message"]
+    assert out.code == 2 and out.doc["ok"] is False
+    gpus = next(c for c in out.doc["result"]["preflight"]["checks"] if c["name"] == "gpus")
+    assert "GPU 1 has 3000 of 143771 MiB free; another process holds it" in gpus["detail"]
+    human = smoke_env.run("--preflight-only", "--gpus", "2", as_json=False)
+    assert human.code == 2 and "FAILED" in human.stdout and "smoke: preflight FAILED (nothing started)" in human.stdout
 
 
 def test_cuda_visible_devices_selects_the_gpus(smoke_env):
@@ -126,6 +129,6 @@ def test_typo_in_an_option_is_a_usage_error(smoke_env):
 def test_target_that_is_not_a_repository_is_reported_as_unknown(smoke_env):
     plain = smoke_env.tmp / "plain"
     (plain / "python" / "sglang").mkdir(parents=True)
-    out = smoke_env.run("--preflight-only", "--target", str(plain))
+    out = smoke_env.run("--target", str(plain))
     assert out.code == 2
     assert f"cannot tell whether {plain} is patched by ddtree@1: {plain} is not a git repository" in out.doc["error"]["message"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 import socket
 
+import pytest
+
 from conftest import alive
 
 
@@ -29,6 +31,8 @@ def test_identical_outputs_pass_and_report_acceptance(smoke_env):
     assert runs["baseline"]["stats"]["accept_length"] is None
     assert runs["ddtree"]["stats"]["accept_length"] > 1
     assert runs["ddtree"]["stats"]["tokens_per_s"] > 0 and runs["ddtree"]["stats"]["ttft_s"] > 0
+    expected = runs["ddtree"]["stats"]["tokens_per_s"] / runs["baseline"]["stats"]["tokens_per_s"]
+    assert result["speedup"] == pytest.approx(expected)
     assert all(run["teardown"]["leftover_pids"] == [] and not run["teardown"]["sigkill_sent"] for run in runs.values())
     ddtree_log = (smoke_env.logs / "ddtree.log").read_text()
     assert "--speculative-algorithm DDTREE" in ddtree_log and "--tp-size 1" in ddtree_log
@@ -177,3 +181,13 @@ def test_sigterm_to_patchkit_tears_down(smoke_env):
             process.kill()
     assert process.returncode == 130
     assert_all_gone(smoke_env)
+
+
+def test_server_interpreter_that_cannot_start_is_a_server_failure(smoke_env, tmp_path):
+    # Passes preflight (it exists and is on PATH) but cannot be executed.
+    broken = tmp_path / "python-broken"
+    broken.write_text("#!/nonexistent/interpreter\n")
+    broken.chmod(0o755)
+    out = smoke_env.run("--python", str(broken))
+    assert out.code == 1
+    assert "could not start" in servers(out.doc)["baseline"]["failure"]

@@ -72,7 +72,7 @@ def freeze_file(tmp_path: Path, text: str) -> Path:
     return path
 
 
-HOST = "torch==2.11.0\nnumpy==2.0.0\n-e git+https://example.invalid/x.git#egg=x\nlocalpkg @ file:///opt/localpkg\n"
+HOST = "torch==2.11.0\nnumpy==2.0.0\n-e git+https://example.invalid/x.git#egg=x\nlocalpkg @ file:///nonexistent/localpkg\n"
 
 
 def test_bundles_what_the_host_lacks_with_hashes(tmp_path, index):

@@ -55,7 +55,91 @@ def cli() -> None:
 # ---------------------------------------------------------------- GPU smoke test
 
 
+@cli.command()
+@set_option
+@target_option
+@click.option("--gpus", type=click.IntRange(min=0), required=True,
+              help="GPUs to use (tensor parallel size); 0 = CPU stand-in mode, GPU checks skipped.")
+@click.option("--model", type=click.Path(path_type=Path), required=True, help="Target model directory.")
+@click.option("--draft-model", type=click.Path(path_type=Path), required=True, help="DFlash draft model directory.")
+@click.option("--port", type=int, default=30000, show_default=True, help="Server port (both servers, in turn).")
+@click.option("--prompts", type=click.Path(path_type=Path), default=None,
+              help="Prompt file (JSONL); default: the set's smoke prompts.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="Tokens per prompt.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds each server may take to become healthy (default: the set's).")
+@click.option("--python", default=sys.executable, show_default="this interpreter",
+              help="Interpreter that runs the server.")
+@click.option("--logs", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Directory for the server logs (default: .patchkit/logs/smoke-<time>).")
+@click.option("--preflight-only", is_flag=True, help="Run the preflight checks, start nothing.")
+@json_option
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_tokens, timeout_s, python, logs,
+          preflight_only, as_json, extra_args) -> None:
+    """Launch the patched server (baseline, then DDTREE), prove greedy outputs identical, tear down.
+
+    Arguments after -- go to both servers. Exit 0 all prompts identical, 1 mismatch or server failure,
+    2 preflight failed or bad input, 130 interrupted (servers torn down).
+    """
+    from patchkit.smoke.run import SmokeOptions, default_set_dir, default_target, run_smoke
+
+    def core() -> CommandResult:
+        chosen_set = set_dir or default_set_dir()
+        options = SmokeOptions(
+            set_dir=chosen_set, target=target or default_target(), gpus=gpus, model=model,
+            draft_model=draft_model, port=port, prompts=prompts, max_new_tokens=max_new_tokens,
+            timeout_s=timeout_s, python=python, logs=logs, extra_args=tuple(extra_args),
+            preflight_only=preflight_only,
+        )
+        return run_smoke(options, render.SmokeConsole())
+
+    run_command("smoke", as_json, core)
+
+
 # ---------------------------------------------------------------- offline bundles and test models
+
+
+@cli.command()
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Directory for wheels/, requirements.lock, bundle.json and install.sh.")
+@click.option("--freeze", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
+              help="The host's `python -m pip freeze` output.")
+@click.option("--have", multiple=True, metavar="NAME==VER", help="A package the host already has (repeatable).")
+@click.option("--python-version", default="3.12", show_default=True, help="The host's Python (X.Y).")
+@click.option("--platform", "platforms", multiple=True, default=("manylinux_2_34_x86_64",), show_default=True,
+              help="The host's wheel platform tag (repeatable).")
+@click.option("--requirement", "requirements", multiple=True, default=("sglang==0.5.12",), show_default=True,
+              help="What to bundle (repeatable).")
+@click.option("--index-url", default=None, help="Package index (default: pip's).")
+@click.option("--find-links", multiple=True, type=click.Path(path_type=Path), help="Extra wheel directory.")
+@click.option("--no-index", is_flag=True, help="Use only --find-links.")
+@click.option("--drop", multiple=True, metavar="DIST:GLOB", help="Slim: drop matching wheel members.")
+@click.option("--exclude", multiple=True, metavar="DIST", help="Leave a whole distribution out.")
+@click.option("--check-import", "check_imports", multiple=True, default=("sglang", "sglang.launch_server"),
+              show_default=True, help="Module install.sh imports on the host after installing.")
+@json_option
+def bundle(out, freeze, have, python_version, platforms, requirements, index_url, find_links, no_index, drop,
+           exclude, check_imports, as_json) -> None:
+    """Build an offline wheelhouse for a GPU host from the packages it already has."""
+    from patchkit.bundle import Target, build_bundle
+
+    run_command("bundle", as_json, lambda: build_bundle(
+        out=out, requirements=tuple(requirements), freeze=freeze, have=tuple(have),
+        target=Target(python_version, tuple(platforms)), index_url=index_url, find_links=tuple(find_links),
+        no_index=no_index, drop=tuple(drop), exclude=tuple(exclude), check_imports=tuple(check_imports)))
+
+
+@cli.command()
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Directory that receives target/ and draft/.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@json_option
+def testmodels(out, seed, as_json) -> None:
+    """Write a tiny random Qwen3 target and a matching DFlash draft (no tokenizer; use input ids)."""
+    from patchkit.testmodels import write_test_models
+
+    run_command("testmodels", as_json, lambda: write_test_models(out, seed))
 
 
 def main() -> None:

@@ -70,3 +70,121 @@ def human(result: CommandResult) -> None:
     for key, value in to_jsonable(result).items():
         table.add_row(str(key), json.dumps(value) if isinstance(value, (dict, list)) else str(value))
     stdout.print(table)
+
+
+# ---------------------------------------------------------------- smoke
+
+from rich.markup import escape  # noqa: E402
+
+from patchkit.smoke.run import ServerRun, SmokeResult  # noqa: E402
+
+
+class _SmokeStatus:
+    """A rich spinner whose text may carry raw log lines (escaped, so brackets stay text)."""
+
+    def __init__(self, status) -> None:
+        self._status = status
+
+    def update(self, text: str) -> None:
+        self._status.update(escape(text[:160]))
+
+
+class SmokeConsole:
+    """The smoke run's live view on stderr: a spinner with the server's last log line, and notes."""
+
+    def status(self, text: str):
+        import contextlib
+
+        @contextlib.contextmanager
+        def spinner():
+            with stderr.status(escape(text)) as status:
+                yield _SmokeStatus(status)
+
+        return spinner()
+
+    def note(self, text: str) -> None:
+        stderr.print(text, markup=False)
+
+
+def _fmt(value: float | None, spec: str, none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+def _smoke_preflight(result: SmokeResult) -> None:
+    table = Table(title=f"preflight ({result.set_id}, --gpus {result.gpus})", show_header=False)
+    for check in result.preflight.checks:
+        table.add_row(check.name, "ok" if check.ok else "FAILED", check.detail)
+    stdout.print(table)
+
+
+def _smoke_servers(servers: tuple[ServerRun, ...]) -> None:
+    table = Table(title="servers")
+    for column in ("server", "ready", "tokens/s", "TTFT", "accept length", "verify steps", "teardown"):
+        table.add_column(column)
+    for run in servers:
+        stats, down = run.stats, run.teardown
+        ending = "SIGKILL" if down.sigkill_sent else "SIGTERM"
+        ending += ", clean" if down.clean else f", LEFT {list(down.leftover_pids)}"
+        table.add_row(run.role, _fmt(run.ready_s, ".1f") + ("s" if run.ready_s is not None else ""),
+                      _fmt(stats.tokens_per_s if stats.prompts else None, ".1f"),
+                      _fmt(stats.ttft_s * 1000 if stats.prompts else None, ".0f") + (" ms" if stats.prompts else ""),
+                      _fmt(stats.accept_length, ".2f"), _fmt(stats.verify_ct, "d"), ending)
+    stdout.print(table)
+    for run in servers:
+        if run.failure:
+            stdout.print(f"{run.role} server failed: {run.failure}\n  log: {run.log}", markup=False)
+            if run.log_tail:
+                stdout.print("  last log lines:\n    " + run.log_tail.replace("\n", "\n    "), markup=False)
+
+
+def _smoke_prompts(result: SmokeResult) -> None:
+    table = Table(title="baseline vs DDTREE (greedy)")
+    for column in ("prompt", "result", "tokens", "first mismatch", "baseline from there", "DDTREE from there"):
+        table.add_column(column)
+    for item in result.prompts:
+        table.add_row(item.prompt_id, "identical" if item.matched else "MISMATCH",
+                      f"{item.baseline_tokens}/{item.ddtree_tokens}", _fmt(item.first_mismatch, "d"),
+                      " ".join(map(str, item.baseline_continuation)), " ".join(map(str, item.ddtree_continuation)))
+    stdout.print(table)
+    if result.skipped_prompts:
+        stdout.print(f"skipped (text prompts, server has no tokenizer): {', '.join(result.skipped_prompts)}",
+                     markup=False)
+
+
+@human.register(SmokeResult)
+def _human_smoke(result: SmokeResult) -> None:
+    _smoke_preflight(result)
+    if result.preflight_only:
+        verdict = "passed" if result.ok else "FAILED"
+        stdout.print(f"smoke: preflight {verdict} (nothing started)", markup=False)
+        return
+    _smoke_servers(result.servers)
+    if result.prompts:
+        _smoke_prompts(result)
+    matched = sum(p.matched for p in result.prompts)
+    verdict = "PASS" if result.ok else "FAIL"
+    speed = f", DDTREE at {result.speedup:.2f}x baseline tokens/s" if result.speedup else ""
+    stdout.print(f"smoke: {verdict}: {matched}/{len(result.prompts)} prompts identical, "
+                 f"{result.mismatches} mismatched{speed}; logs in {result.logs}", markup=False)
+
+
+# ---------------------------------------------------------------- bundle
+
+from patchkit.bundle import BundleResult  # noqa: E402
+
+
+@human.register(BundleResult)
+def _human_bundle(result: BundleResult) -> None:
+    table = Table(title=f"bundle for Python {result.python_version} on {', '.join(result.platforms)}")
+    for column in ("wheel", "sha256", "slimmed"):
+        table.add_column(column)
+    for wheel in result.wheels:
+        slim = f"{len(wheel.dropped_members)} members dropped" if wheel.dropped_members else ""
+        table.add_row(wheel.file, wheel.sha256[:16] + "…", slim)
+    stdout.print(table)
+    if result.skipped_host_packages:
+        stdout.print(f"already on the host (not bundled): {', '.join(result.skipped_host_packages)}", markup=False)
+    if result.excluded:
+        stdout.print(f"excluded: {', '.join(result.excluded)}", markup=False)
+    stdout.print(f"copy {result.out} to the host, then run there: {result.install_command} "
+                 f"(inside {result.out.name}/)", markup=False)

@@ -1,0 +1,175 @@
+"""Preflight: everything that can be checked before a server starts. Any failure is bad input (exit 2).
+
+GPUs are listed with ``nvidia-smi``; where it is missing, with torch in the server's interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchkit import proc
+from patchkit.smoke.setinfo import PatchStateUnknown, target_patched_by
+
+GPU_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.free,memory.total", "--format=csv,noheader,nounits")
+TORCH_QUERY = (
+    "import json, torch\n"
+    "n = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
+    "out = []\n"
+    "for i in range(n):\n"
+    "    free, total = torch.cuda.mem_get_info(i)\n"
+    "    out.append([i, torch.cuda.get_device_name(i), free // 2**20, total // 2**20])\n"
+    "print(json.dumps(out))\n"
+)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    free_mib: int
+    total_mib: int
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight check: what was checked, whether it passed, and the detail either way."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Preflight:
+    checks: tuple[Check, ...]
+    gpus: tuple[GpuInfo, ...]
+    gpu_source: str | None
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(check for check in self.checks if not check.ok)
+
+
+def _parse_nvidia_smi(text: str) -> list[GpuInfo]:
+    gpus = []
+    for line in text.strip().splitlines():
+        index, name, free, total = (part.strip() for part in line.split(","))
+        gpus.append(GpuInfo(int(index), name, int(free), int(total)))
+    return gpus
+
+
+def list_gpus(python: str) -> tuple[list[GpuInfo], str | None]:
+    """Visible GPUs and how they were found ('nvidia-smi', 'torch', or None if neither works)."""
+    if shutil.which(GPU_QUERY[0]):
+        done = proc.run(GPU_QUERY, check=False, timeout=60)
+        if done.returncode == 0:
+            return _parse_nvidia_smi(done.stdout), "nvidia-smi"
+    done = proc.run((python, "-c", TORCH_QUERY), check=False, timeout=120)
+    if done.returncode == 0 and done.stdout.strip():
+        rows = json.loads(done.stdout.strip().splitlines()[-1])
+        return [GpuInfo(int(i), str(n), int(f), int(t)) for i, n, f, t in rows], "torch"
+    return [], None
+
+
+#: A GPU with less free memory than this share of its total is held by someone else (perhaps a server a
+#: killed run left behind); a server started there would run out of memory, so preflight refuses.
+MIN_FREE_SHARE = 0.5
+
+
+def visible(gpus: list[GpuInfo], cuda_visible: str | None) -> list[GpuInfo]:
+    """nvidia-smi lists every GPU; keep those CUDA_VISIBLE_DEVICES exposes, in its order."""
+    if cuda_visible is None or not all(part.strip().isdigit() for part in cuda_visible.split(",") if part.strip()):
+        return gpus  # unset, or UUIDs: take nvidia-smi's list as it is
+    by_index = {g.index: g for g in gpus}
+    return [by_index[int(p)] for p in cuda_visible.split(",") if p.strip() and int(p) in by_index]
+
+
+def check_gpus(wanted: int, python: str) -> tuple[Check, list[GpuInfo], str | None]:
+    gpus, source = list_gpus(python)
+    if source is None:
+        return Check("gpus", False, "no GPU found: nvidia-smi and torch.cuda both unavailable"), [], None
+    if source == "nvidia-smi":
+        gpus = visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    listing = ", ".join(f"{g.index}: {g.name} ({g.free_mib} MiB free of {g.total_mib})" for g in gpus)
+    if len(gpus) < wanted:
+        return Check("gpus", False, f"{wanted} GPUs wanted, {len(gpus)} visible ({listing or 'none'})"), gpus, source
+    busy = [g for g in gpus[:wanted] if g.free_mib < MIN_FREE_SHARE * g.total_mib]
+    if busy:
+        names = ", ".join(f"GPU {g.index} has {g.free_mib} of {g.total_mib} MiB free" for g in busy)
+        return Check("gpus", False, f"{names}; another process holds it (see nvidia-smi)"), gpus, source
+    return Check("gpus", True, f"{len(gpus)} visible via {source}: {listing}"), gpus, source
+
+
+def port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` (SO_REUSEADDR, as uvicorn binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def check_port(port: int) -> Check:
+    if not 0 < port < 65536:
+        return Check("port", False, f"port {port} is out of range")
+    if not port_free(port):
+        return Check("port", False, f"port {port} is already in use; pass --port with a free port")
+    return Check("port", True, f"port {port} is free")
+
+
+def check_model_dir(name: str, path: Path) -> Check:
+    config = path / "config.json"
+    if not path.is_dir():
+        return Check(name, False, f"{path} is not a directory")
+    if not config.is_file():
+        return Check(name, False, f"{config} not found")
+    try:
+        json.loads(config.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return Check(name, False, f"{config} is not valid JSON: {error}")
+    return Check(name, True, f"{path} has a config.json")
+
+
+def check_target(target: Path, set_id: str) -> Check:
+    package = target / "python" / "sglang"
+    if not package.is_dir():
+        return Check("target", False, f"{package} not found; pass --target with an SGLang tree")
+    try:
+        patched = target_patched_by(target, set_id)
+    except PatchStateUnknown as error:
+        return Check("target", False, f"cannot tell whether {target} is patched by {set_id}: {error}")
+    if not patched:
+        return Check("target", False, f"{target} is not patched by {set_id}; run patchkit apply first")
+    return Check("target", True, f"{target} is patched by {set_id}")
+
+
+def check_python(python: str) -> Check:
+    found = shutil.which(python)
+    if not found:
+        return Check("python", False, f"interpreter {python} not found; pass --python")
+    return Check("python", True, found)
+
+
+def run_preflight(*, gpus: int, python: str, ports: tuple[int, ...], model: Path, draft_model: Path,
+                  target: Path, set_id: str) -> Preflight:
+    """Run every check (not stopping at the first failure, so one run shows every problem)."""
+    checks = [check_python(python), *(check_port(p) for p in ports), check_model_dir("model", model),
+              check_model_dir("draft-model", draft_model), check_target(target, set_id)]
+    found: list[GpuInfo] = []
+    source = None
+    if gpus > 0:
+        gpu_check, found, source = check_gpus(gpus, python)
+        checks.insert(0, gpu_check)
+    else:
+        checks.insert(0, Check("gpus", True, "--gpus 0: CPU stand-in mode, GPU checks skipped"))
+    return Preflight(tuple(checks), tuple(found), source)

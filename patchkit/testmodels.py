@@ -1,0 +1,304 @@
+"""``patchkit testmodels``: a tiny seeded random Qwen3 target and a matching DFlash draft, written in
+SGLang 0.5.12's formats (``config.json`` + ``model.safetensors``), for tokenizer-free smoke runs
+(``--skip-tokenizer-init``, input ids in, output ids out).
+
+How the weights are arranged (so that greedy outputs are not constant and the drafter is often, but
+not always, right). The hidden state is split into subspaces:
+
+* ``A`` (token identity): each token's embedding is a random unit vector there, plus a "real token"
+  flag; the mask token has only a "mask" flag.
+* ``B`` (next-token vote): the LM head reads only ``B``; row ``k`` is a random unit vector ``e_k``.
+
+Target (Qwen3, ``TARGET_LAYERS`` layers): layer 0's MLP is a lookup table that reads the token
+identity in ``A`` and writes ``e_{f(t)}`` into ``B``, where ``f`` is one random cycle through the
+ordinary tokens, so greedy output walks that cycle and never settles. Layers 1..n-1 have random
+attention (queries and keys over ``A``) whose output is written into ``B`` with scale ``noise``: a
+context-dependent push that sometimes makes the target choose another token than ``f(t)``.
+
+Draft (DFlash, one layer): its attention lets every mask position of the block attend to the bonus
+token (query = "mask" flag, key = "real" flag, both in the lowest-frequency rotary pair so position
+barely matters; context features are projected to zero so context keys score 0) and copies its identity
+into ``A``; its MLP is the same lookup table, so position 1 of the block predicts ``f(bonus)``: right
+whenever the target follows ``f``, wrong where the context push wins. Deeper positions repeat that
+guess, so acceptance is mostly 1 or 2 tokens. The draft's final norm weight (1 / ``draft_temperature``)
+keeps its distribution peaked but not one-hot.
+
+Measured with a plain-torch reference forward (tests/testmodels/reference.py), seed 0, defaults: greedy
+outputs follow ``f`` about 80% of the time (the draft's first guess is right there) and the rest jump
+elsewhere (the walk leaves the tree); no output is constant.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchkit.errors import BadInput
+from patchkit.results import CommandResult
+
+VOCAB = 512
+HIDDEN = 256
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = 64
+INTERMEDIATE = 512
+TARGET_LAYERS = 4
+DRAFT_LAYERS = 1
+BLOCK_SIZE = 8
+ROPE_THETA = 1_000_000.0
+RMS_EPS = 1e-6
+MASK_TOKEN = VOCAB - 1
+EOS_TOKEN = VOCAB - 2
+ORDINARY = VOCAB - 2  # tokens 0..509 are ordinary; 510 is EOS, 511 the DFlash mask
+A_DIMS = range(0, 96)
+B_DIMS = range(96, 224)
+REAL_FLAG, MASK_FLAG = 224, 225
+#: The lowest-frequency rotary pair of a head (neox style pairs d and d + HEAD_DIM / 2).
+SLOW_ROPE_DIM = HEAD_DIM // 2 - 1
+CAPTURE_LAYER = 1  # target layer whose output the draft's context features would read
+
+
+@dataclass(frozen=True)
+class TestModelsResult(CommandResult):
+    target: Path
+    draft: Path
+    seed: int
+    vocab_size: int
+    block_size: int
+    mask_token_id: int
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as error:  # pragma: no cover - torch is in the test extra
+        raise BadInput("patchkit testmodels needs torch", hint="pip install torch") from error
+    return torch
+
+
+def _unit_rows(torch, gen, rows: int, dims: int):
+    matrix = torch.randn(rows, dims, generator=gen)
+    return matrix / matrix.norm(dim=1, keepdim=True)
+
+
+def _cycle(torch, gen) -> list[int]:
+    """f as one random cycle through the ordinary tokens: f(order[i]) = order[i + 1]."""
+    order = torch.randperm(ORDINARY, generator=gen).tolist()
+    f = [0] * VOCAB
+    for i, token in enumerate(order):
+        f[token] = order[(i + 1) % ORDINARY]
+    f[EOS_TOKEN], f[MASK_TOKEN] = order[0], order[0]
+    return f
+
+
+@dataclass
+class _Shared:
+    """Tensors both models use: embeddings, LM-head votes, the lookup table."""
+
+    embed: object
+    lm_head: object
+    identity: object  # [VOCAB, |A|] unit rows
+    f: list[int]
+
+
+def _shared(torch, gen) -> _Shared:
+    identity = _unit_rows(torch, gen, VOCAB, len(A_DIMS))
+    votes = _unit_rows(torch, gen, VOCAB, len(B_DIMS))
+    embed = torch.zeros(VOCAB, HIDDEN)
+    embed[:, A_DIMS.start:A_DIMS.stop] = identity
+    embed[:, REAL_FLAG] = 1.0
+    embed[MASK_TOKEN] = 0.0
+    embed[MASK_TOKEN, MASK_FLAG] = 1.0
+    lm_head = torch.zeros(VOCAB, HIDDEN)
+    lm_head[:, B_DIMS.start:B_DIMS.stop] = votes
+    lm_head[MASK_TOKEN] = 0.0
+    lm_head[EOS_TOKEN] = 0.0  # never chosen, so runs without ignore_eos are not cut short
+    return _Shared(embed, lm_head, identity, _cycle(torch, gen))
+
+
+#: Gate value of the matching row of a lookup table: large, so SiLU(g) * g ~ g * g dwarfs the rest.
+DETECT = 40.0
+
+
+def _lookup_mlp(torch, shared: _Shared, a_norm: float, out_scale: float) -> dict[str, object]:
+    """gate/up detect token t's identity in A; down writes ``out_scale * e_{f(t)}`` into B.
+
+    ``a_norm`` is the length of the A part after the layer norm, so the matching row gates at DETECT.
+    """
+    gate = torch.zeros(INTERMEDIATE, HIDDEN)
+    gate[:ORDINARY, A_DIMS.start:A_DIMS.stop] = shared.identity[:ORDINARY] * (DETECT / a_norm)
+    down = torch.zeros(HIDDEN, INTERMEDIATE)
+    targets = torch.tensor(shared.f[:ORDINARY])
+    votes = shared.lm_head[targets][:, B_DIMS.start:B_DIMS.stop].T
+    down[B_DIMS.start:B_DIMS.stop, :ORDINARY] = votes * (out_scale / DETECT**2)
+    return {"mlp.gate_proj.weight": gate, "mlp.up_proj.weight": gate.clone(), "mlp.down_proj.weight": down}
+
+
+def _norms(torch) -> dict[str, object]:
+    return {
+        "input_layernorm.weight": torch.ones(HIDDEN),
+        "post_attention_layernorm.weight": torch.ones(HIDDEN),
+        "self_attn.q_norm.weight": torch.ones(HEAD_DIM),
+        "self_attn.k_norm.weight": torch.ones(HEAD_DIM),
+    }
+
+
+def _zero_attention(torch) -> dict[str, object]:
+    return {
+        "self_attn.q_proj.weight": torch.zeros(HEADS * HEAD_DIM, HIDDEN),
+        "self_attn.k_proj.weight": torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN),
+        "self_attn.v_proj.weight": torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN),
+        "self_attn.o_proj.weight": torch.zeros(HIDDEN, HEADS * HEAD_DIM),
+    }
+
+
+def _zero_mlp(torch) -> dict[str, object]:
+    return {
+        "mlp.gate_proj.weight": torch.zeros(INTERMEDIATE, HIDDEN),
+        "mlp.up_proj.weight": torch.zeros(INTERMEDIATE, HIDDEN),
+        "mlp.down_proj.weight": torch.zeros(HIDDEN, INTERMEDIATE),
+    }
+
+
+def _noise_attention(torch, gen, noise: float) -> dict[str, object]:
+    """Random context mixing over A, written into B: the context-dependent push."""
+    a = slice(A_DIMS.start, A_DIMS.stop)
+    q = torch.zeros(HEADS * HEAD_DIM, HIDDEN)
+    k = torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN)
+    v = torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN)
+    q[:, a] = torch.randn(HEADS * HEAD_DIM, len(A_DIMS), generator=gen)
+    k[:, a] = torch.randn(KV_HEADS * HEAD_DIM, len(A_DIMS), generator=gen)
+    v[:, a] = torch.randn(KV_HEADS * HEAD_DIM, len(A_DIMS), generator=gen) / math.sqrt(len(A_DIMS))
+    o = torch.zeros(HIDDEN, HEADS * HEAD_DIM)
+    o[B_DIMS.start:B_DIMS.stop] = torch.randn(len(B_DIMS), HEADS * HEAD_DIM, generator=gen) * noise / math.sqrt(HEADS * HEAD_DIM)
+    return {"self_attn.q_proj.weight": q, "self_attn.k_proj.weight": k, "self_attn.v_proj.weight": v,
+            "self_attn.o_proj.weight": o}
+
+
+def target_weights(torch, gen, shared: _Shared, noise: float) -> dict[str, object]:
+    weights = {"model.embed_tokens.weight": shared.embed, "model.norm.weight": torch.ones(HIDDEN),
+               "lm_head.weight": shared.lm_head}
+    for layer in range(TARGET_LAYERS):
+        parts = {**_norms(torch)}
+        if layer == 0:
+            parts.update(_zero_attention(torch))
+            # Input: A (unit) + real flag (1), so the norm scales A to sqrt(HIDDEN / 2).
+            parts.update(_lookup_mlp(torch, shared, a_norm=math.sqrt(HIDDEN / 2), out_scale=1.0))
+        else:
+            parts.update(_noise_attention(torch, gen, noise))
+            parts.update(_zero_mlp(torch))
+        weights.update({f"model.layers.{layer}.{name}": tensor for name, tensor in parts.items()})
+    return weights
+
+
+COPY_GAIN = 4.0
+#: Size of the draft's vote in B relative to the copied identity in A, so B dominates its final norm.
+DRAFT_VOTE = 100.0
+
+
+def _copy_attention(torch) -> dict[str, object]:
+    """Mask positions attend to the bonus token and copy its identity (A) into A."""
+    q = torch.zeros(HEADS * HEAD_DIM, HIDDEN)
+    k = torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN)
+    for head in range(HEADS):
+        q[head * HEAD_DIM + SLOW_ROPE_DIM, MASK_FLAG] = 1.0
+    for head in range(KV_HEADS):
+        k[head * HEAD_DIM + SLOW_ROPE_DIM, REAL_FLAG] = 1.0
+    v = torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN)
+    o = torch.zeros(HIDDEN, HEADS * HEAD_DIM)
+    for i, dim in enumerate(A_DIMS):  # kv head 0 carries A[0:64], kv head 1 carries A[64:96]
+        kv_head, slot = divmod(i, HEAD_DIM)
+        v[kv_head * HEAD_DIM + slot, dim] = 1.0
+        q_head = kv_head * (HEADS // KV_HEADS)  # the first query head that reads this kv head
+        o[dim, q_head * HEAD_DIM + slot] = COPY_GAIN
+    q_norm = torch.ones(HEAD_DIM)
+    q_norm[SLOW_ROPE_DIM] = 4.0  # sharp attention: score 8 * 4 * 4 / 8 * 8 = 128 on the bonus token
+    return {"self_attn.q_proj.weight": q, "self_attn.k_proj.weight": k, "self_attn.v_proj.weight": v,
+            "self_attn.o_proj.weight": o, "self_attn.q_norm.weight": q_norm,
+            "self_attn.k_norm.weight": q_norm.clone()}
+
+
+def draft_weights(torch, shared: _Shared, temperature: float) -> dict[str, object]:
+    # After the copy, A holds the bonus identity at COPY_GAIN * sqrt(HIDDEN / 2) next to the mask flag (1):
+    # the norm leaves A at almost full length, sqrt(HIDDEN).
+    lookup = _lookup_mlp(torch, shared, a_norm=math.sqrt(HIDDEN), out_scale=DRAFT_VOTE)
+    layer = {**_norms(torch), **_copy_attention(torch), **lookup}
+    weights = {f"layers.0.{name}": tensor for name, tensor in layer.items()}
+    weights["norm.weight"] = torch.full((HIDDEN,), 1.0 / temperature)
+    weights["fc.weight"] = torch.zeros(HIDDEN, HIDDEN)  # context features carry nothing the draft uses
+    weights["hidden_norm.weight"] = torch.ones(HIDDEN)
+    return weights
+
+
+def _common_config() -> dict:
+    return {
+        "model_type": "qwen3", "vocab_size": VOCAB, "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
+        "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
+        "hidden_act": "silu", "max_position_embeddings": 4096, "rms_norm_eps": RMS_EPS,
+        "rope_theta": ROPE_THETA, "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "bos_token_id": EOS_TOKEN,
+        "eos_token_id": EOS_TOKEN, "use_sliding_window": False, "sliding_window": None,
+        "initializer_range": 0.02, "use_cache": True,
+    }
+
+
+def target_config() -> dict:
+    return {"architectures": ["Qwen3ForCausalLM"], **_common_config(), "num_hidden_layers": TARGET_LAYERS,
+            "max_window_layers": TARGET_LAYERS}
+
+
+def draft_config() -> dict:
+    return {"architectures": ["DFlashDraftModel"], **_common_config(), "num_hidden_layers": DRAFT_LAYERS,
+            "num_target_layers": TARGET_LAYERS, "block_size": BLOCK_SIZE,
+            "dflash_config": {"mask_token_id": MASK_TOKEN, "target_layer_ids": [CAPTURE_LAYER]}}
+
+
+def write_safetensors(path: Path, tensors: dict[str, object]) -> None:
+    """Write the safetensors format (8-byte header length, JSON header, raw little-endian bf16 data)."""
+    torch = _torch()
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        data = tensors[name].to(torch.bfloat16).contiguous().view(torch.int16).numpy().astype("<i2").tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    header["__metadata__"] = {"format": "pt"}
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # keep the data 8-byte aligned
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(encoded)))
+        handle.write(encoded)
+        for blob in blobs:
+            handle.write(blob)
+
+
+def _write_model(directory: Path, config: dict, weights: dict[str, object]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (directory / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": EOS_TOKEN, "eos_token_id": EOS_TOKEN, "do_sample": False}, indent=2) + "\n")
+    write_safetensors(directory / "model.safetensors", weights)
+
+
+def build_weights(seed: int, noise: float = 0.5, draft_temperature: float = 1.5):
+    """The target and draft weight dicts (float32) and the lookup function f, from one seed."""
+    torch = _torch()
+    gen = torch.Generator().manual_seed(seed)
+    shared = _shared(torch, gen)
+    return target_weights(torch, gen, shared, noise), draft_weights(torch, shared, draft_temperature), shared.f
+
+
+def write_test_models(out: Path, seed: int = 0, noise: float = 0.5, draft_temperature: float = 1.5) -> TestModelsResult:
+    """Write ``out/target`` and ``out/draft``; refuses to overwrite non-empty directories."""
+    target_dir, draft_dir = out / "target", out / "draft"
+    for directory in (target_dir, draft_dir):
+        if directory.exists() and any(directory.iterdir()):
+            raise BadInput(f"{directory} exists and is not empty", hint="choose another --out")
+    target, draft, _f = build_weights(seed, noise, draft_temperature)
+    _write_model(target_dir, target_config(), target)
+    _write_model(draft_dir, draft_config(), draft)
+    return TestModelsResult("testmodels", True, target_dir, draft_dir, seed, VOCAB, BLOCK_SIZE, MASK_TOKEN)

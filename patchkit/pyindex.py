@@ -25,7 +25,7 @@ from typing import Any
 
 import libcst as cst
 
-FACTS_SCHEMA = 3  # bump when the facts layout or extraction logic changes
+FACTS_SCHEMA = 4  # bump when the facts layout or extraction logic changes
 
 # Spec-algorithm helpers whose call is a dispatch site (map §2).
 DEFAULT_HELPERS = (
@@ -64,7 +64,9 @@ class IndexSettings:
     source_root: str = "python"  # tree-relative directory that is the import root
 
     def key(self) -> str:
-        raw = json.dumps([FACTS_SCHEMA, self.family, self.helpers, self.algorithm_names, self.enum_name])
+        raw = json.dumps(
+            [FACTS_SCHEMA, self.family, self.helpers, self.algorithm_names, self.enum_name, self.source_root]
+        )
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
     def family_re(self) -> re.Pattern[str]:
@@ -611,8 +613,12 @@ class FactCollector(cst.CSTVisitor):
 
     def _in_helper_definition(self) -> bool:
         # The helpers' own bodies (``return self == SpeculativeAlgorithm.DFLASH``) define, not branch.
+        # The same goes for the enum's other predicates (is_none, is_speculative).
         defs = [s for s in self.scopes if s.kind == "def"]
-        return bool(defs) and defs[-1].name in self.helpers
+        if not defs:
+            return False
+        in_enum = any(s.kind == "class" and s.name == self.settings.enum_name for s in self.scopes)
+        return defs[-1].name in self.helpers or (in_enum and defs[-1].name.startswith("is_"))
 
     def _add_site(self, primitive: str) -> None:
         if not self._root_stack or self._in_helper_definition():
@@ -642,7 +648,6 @@ class FactCollector(cst.CSTVisitor):
             isinstance(node.value, cst.Name)
             and node.value.value == self.settings.enum_name
             and node.attr.value.isupper()
-            and not any(s.kind == "class" and s.name == self.settings.enum_name for s in self.scopes)
         ):
             self._add_site(f"{self.settings.enum_name}.{node.attr.value}")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import libcst as cst
 
-FACTS_SCHEMA = 4  # bump when the facts layout or extraction logic changes
+FACTS_SCHEMA = 5  # bump when the facts layout or extraction logic changes
 
 # Spec-algorithm helpers whose call is a dispatch site (map §2).
 DEFAULT_HELPERS = (
@@ -522,7 +522,7 @@ class FactCollector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         self._dispatch_primitive_call(node)
         callee = dotted(node.func)
-        if callee is None or not self.family.search(callee.split(".")[-1]):
+        if callee is None or not self.family.search(callee):
             return
         npos, star, dstar, kws = 0, False, False, []
         for arg in node.args:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from checks import dispatch
+from checks import dispatch, xref
 from patchkit.gates import Severity
 
-MODULES = [dispatch]
+MODULES = [dispatch, xref]
 CASES = [(m, e) for m in MODULES for e in m.EXAMPLES]
 
 

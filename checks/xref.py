@@ -208,13 +208,15 @@ def _check_self_reads(state: _Run, facts: dict[str, Any]) -> None:
 
 
 def _check_unused(state: _Run) -> None:
+    # [verify.xref] allow_unused = { name = "reason" }: API kept on purpose (e.g. only the set's tests call it)
+    allowed = state.ctx.gate_config(NAME).get("allow_unused", {})
     uses = _use_counts(state)
     for facts in state.facts:
         for qual, cls in facts["classes"].items():
             name = cls["name"]
             if not state.family.search(name) or state.model.members(Ref("class", facts["module"], qual)).is_enum:
                 continue
-            if uses["instantiate"][name] == 0 and uses["subclass"][name] == 0:
+            if uses["instantiate"][name] == 0 and uses["subclass"][name] == 0 and name not in allowed:
                 where = uses["import_places"][name]
                 file, line = (where[0].file, where[0].line) if where else (facts["path"], cls["line"])
                 verb = "imported" if where else "defined"
@@ -225,7 +227,7 @@ def _check_unused(state: _Run) -> None:
             if (not state.family.search(name) or fn["nested"] or _NEVER_CALLED_EXEMPT.match(name)
                     or any(d not in ("staticmethod", "classmethod") for d in fn["decorators"])):
                 continue
-            if uses["reference"][name] <= 0:
+            if uses["reference"][name] <= 0 and name not in allowed:
                 state.add(facts["path"], fn["line"], f"family function {qual} is never called",
                           "call it where it is meant to be used, or remove it")
 

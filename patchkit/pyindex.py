@@ -765,6 +765,11 @@ class PyIndex:
                 return candidate.as_posix()
         return None
 
+    def is_namespace_package(self, module: str) -> bool:
+        """A directory without ``__init__.py`` that holds Python files (PEP 420)."""
+        path = self.root / self.settings.source_root / Path(*module.split("."))
+        return path.is_dir() and not (path / "__init__.py").exists()
+
     def module_facts(self, module: str) -> dict[str, Any] | None:
         rel = self.module_file(module)
         return self.load(rel) if rel else None

@@ -62,13 +62,13 @@ class Model:
         return self.index.module_facts(module) if self.in_tree(module) else None
 
     def module_exists(self, module: str) -> bool:
-        return self.index.module_file(module) is not None
+        return self.index.module_file(module) is not None or self.index.is_namespace_package(module)
 
     def exports(self, module: str, _seen: frozenset[str] = frozenset()) -> set[str] | None:
         """Names ``from module import X`` may bind; None when anything goes (module __getattr__)."""
         facts = self.facts(module)
         if facts is None or facts.get("module_getattr"):
-            return None
+            return None  # unknown, or a namespace package (only submodules, checked separately)
         names = set(facts["toplevel"])
         for star in facts["star_imports"]:
             if star in _seen:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from checks import dispatch, xref
+from checks import backend, dispatch, xref
 from patchkit.gates import Severity
 
-MODULES = [dispatch, xref]
+MODULES = [backend, dispatch, xref]
 CASES = [(m, e) for m in MODULES for e in m.EXAMPLES]
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from patchkit import proc
 from patchkit.errors import BadInput, Location
+from checks.dispatch import toml_error_line
 from patchkit.gates import Example, Finding, Severity, VerifyContext
 
 NAME = "backend"
@@ -83,7 +84,7 @@ def _load_expectations(ctx: VerifyContext) -> tuple[dict[str, Any], str]:
     try:
         return tomllib.loads(path.read_text()), rel
     except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"invalid TOML: {exc}", location=Location(str(path), getattr(exc, "lineno", None)),
+        raise BadInput(f"invalid TOML: {exc}", location=Location(str(path), toml_error_line(exc)),
                        hint="fix the expectations file") from exc
 
 

@@ -27,6 +27,7 @@ declaration whose site no longer exists (stale).
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from collections import Counter
 from dataclasses import dataclass
@@ -107,6 +108,14 @@ def declarations_path(ctx: VerifyContext) -> Path:
     return ctx.set_dir / ctx.gate_config(NAME).get("declarations", DEFAULT_DECLARATIONS)
 
 
+def toml_error_line(exc: tomllib.TOMLDecodeError) -> int | None:
+    """The line a TOML error names (``lineno`` on Python >= 3.14, else parsed from the message)."""
+    if getattr(exc, "lineno", None):
+        return exc.lineno  # type: ignore[attr-defined]
+    match = re.search(r"at line (\d+)", str(exc))
+    return int(match.group(1)) if match else None
+
+
 def _header_lines(text: str) -> list[int]:
     return [n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[[site]]"]
 
@@ -119,7 +128,7 @@ def load_declarations(path: Path) -> tuple[list[Declaration], list[str]]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"invalid TOML: {exc}", location=Location(str(path), getattr(exc, "lineno", None)),
+        raise BadInput(f"invalid TOML: {exc}", location=Location(str(path), toml_error_line(exc)),
                        hint="fix the declarations file") from exc
     headers = _header_lines(text)
     declarations, problems = [], []

@@ -25,7 +25,7 @@ from typing import Any
 
 import libcst as cst
 
-FACTS_SCHEMA = 5  # bump when the facts layout or extraction logic changes
+FACTS_SCHEMA = 6  # bump when the facts layout or extraction logic changes
 
 # Spec-algorithm helpers whose call is a dispatch site (map §2).
 DEFAULT_HELPERS = (
@@ -626,7 +626,9 @@ class FactCollector(cst.CSTVisitor):
         root = self._root_stack[-1]
         site = self._site_roots.get(id(root))
         if site is None:
-            code = self.module.code_for_node(root)
+            # Outer parentheses are layout (black adds them when a condition wraps), not identity.
+            bare = root.with_changes(lpar=[], rpar=[]) if getattr(root, "lpar", None) else root
+            code = self.module.code_for_node(bare)
             site = {
                 "scope": self.qualname or "<module>",
                 "expr": normalise_expression(code),

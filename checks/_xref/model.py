@@ -276,7 +276,8 @@ def bind_problems(params: list[list[Any]], npos: int, keywords: list[str], star:
             problems.append(f"got multiple values for argument {kw!r}")
         elif kw not in by_name and not has_varkw:
             problems.append(f"got an unexpected keyword argument {kw!r}")
-        filled.add(kw)
+        if kw in by_name:  # a positional-only name passed by keyword lands in **kwargs, not the parameter
+            filled.add(kw)
     if not star and not dstar:
         missing = [p[0] for p in params if p[1] in ("posonly", "pos", "kwonly") and not p[2] and p[0] not in filled]
         if missing:

@@ -134,21 +134,28 @@ def _check_attributes(state: _Run, facts: dict[str, Any]) -> None:
     for base, attr, line, _scope in facts["attrs"]:
         if base in ("?", "self", "cls"):
             continue
-        ref = state.model.resolve_dotted(facts, base)
-        if ref is None or ref.kind not in ("class", "module"):
-            continue
-        if ref.kind == "module":
-            exports = state.model.exports(ref.module)
-            if exports is None or attr in exports or state.model.has_submodule(ref.module, attr):
-                continue
+        if state.family.search(attr):
+            with state.model.loading():
+                _check_attribute(state, facts, base, attr, line)
+        else:
+            _check_attribute(state, facts, base, attr, line)
+
+
+def _check_attribute(state: _Run, facts: dict[str, Any], base: str, attr: str, line: int | None) -> None:
+    ref = state.model.resolve_dotted(facts, base)
+    if ref is None or ref.kind not in ("class", "module"):
+        return
+    if ref.kind == "module":
+        exports = state.model.exports(ref.module)
+        if not (exports is None or attr in exports or state.model.has_submodule(ref.module, attr)):
             state.add(facts["path"], line, f"`{base}.{attr}`: module {ref.module} has no attribute {attr}")
-            continue
-        members = state.model.members(ref)
-        if not members.complete or members.has_getattr or attr in members.names:
-            continue
-        what = "enum member" if members.is_enum else "attribute"
-        state.add(facts["path"], line, f"`{base}.{attr}`: {ref.qualname} has no {what} {attr}",
-                  f"add {attr} to {ref.qualname} ({ref.module}) or fix the name")
+        return
+    members = state.model.members(ref)
+    if not members.complete or members.has_getattr or attr in members.names:
+        return
+    what = "enum member" if members.is_enum else "attribute"
+    state.add(facts["path"], line, f"`{base}.{attr}`: {ref.qualname} has no {what} {attr}",
+              f"add {attr} to {ref.qualname} ({ref.module}) or fix the name")
 
 
 def _callee_ref(state: _Run, facts: dict[str, Any], call: dict[str, Any]) -> tuple[Ref | None, bool]:

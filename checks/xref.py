@@ -171,7 +171,7 @@ def _callee_ref(state: _Run, facts: dict[str, Any], call: dict[str, Any]) -> tup
 
 def _check_calls(state: _Run, facts: dict[str, Any]) -> None:
     for call in facts["calls"]:
-        if not state.family.search(call["callee"].split(".")[-1]):
+        if not state.family.search(call["callee"]):  # a family callable, or a method reached through one
             continue
         ref, bound = _callee_ref(state, facts, call)
         if ref is None or ref.kind not in ("function", "class"):
@@ -410,3 +410,8 @@ EXAMPLES = (
     _example("function never called", _USER_SRC.replace("build_ddtree(self.ddtree_budget, topk=2, depth_bonus=0.5)",
                                                         "self.ddtree_budget"), "never called"),
 )
+
+
+def symbols(ctx: VerifyContext) -> list[Symbol]:
+    """The runner's hook for the symbol table (same as :func:`symbol_table`)."""
+    return symbol_table(ctx)

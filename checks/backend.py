@@ -27,10 +27,14 @@ import hashlib
 import json
 import os
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from patchkit import proc
 from patchkit.errors import BadInput, Location

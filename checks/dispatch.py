@@ -28,15 +28,19 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
 from patchkit.errors import BadInput, Location
 from patchkit.gates import Example, Finding, Severity, VerifyContext
-from patchkit.pyindex import PyIndex, dispatch_pattern, prefilter, python_files, settings_from_manifest
+from patchkit.pyindex import PyIndex, scan, settings_from_manifest
 
 NAME = "dispatch"
 DESCRIPTION = "every branch on the speculative algorithm is declared handled, rejected or not applicable"
@@ -84,8 +88,7 @@ class Declaration:
 def collect_sites(ctx: VerifyContext) -> list[Site]:
     """Every dispatch site in the tree under the source root, in file and line order."""
     settings = settings_from_manifest(ctx.manifest)
-    files = python_files(ctx.root, settings.source_root)
-    hits = prefilter(ctx.root, files, dispatch_pattern(settings))
+    hits = scan(ctx.root, settings).dispatch
     index = PyIndex(ctx.root, settings, ctx.cache_dir)
     sites: list[Site] = []
     for rel in hits:

@@ -27,7 +27,7 @@ from typing import Any
 
 from checks._xref.model import Model, Ref, bind_problems
 from patchkit.gates import Example, Finding, Severity, VerifyContext
-from patchkit.pyindex import PyIndex, module_name, prefilter, python_files, settings_from_manifest
+from patchkit.pyindex import PyIndex, module_name, scan, settings_from_manifest
 
 NAME = "xref"
 DESCRIPTION = "imports, attributes, calls and self attributes of the symbol family resolve and fit"
@@ -70,8 +70,8 @@ class _Run:
 def _build(ctx: VerifyContext) -> _Run:
     settings = settings_from_manifest(ctx.manifest)
     index = PyIndex(ctx.root, settings, ctx.cache_dir)
-    all_files = python_files(ctx.root, settings.source_root)
-    family_files = prefilter(ctx.root, all_files, settings.family.encode())
+    tree_scan = scan(ctx.root, settings)
+    all_files, family_files = tree_scan.files, tree_scan.family
     touched = [t for t in ctx.touched if t.endswith(".py") and (ctx.root / t).is_file()
                and t.startswith(settings.source_root + "/")]
     files = sorted(set(family_files) | set(touched))

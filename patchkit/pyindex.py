@@ -103,6 +103,42 @@ def prefilter(root: Path, files: Iterable[str], pattern: bytes) -> list[str]:
     return hits
 
 
+@dataclass(frozen=True)
+class Scan:
+    """One pass over the tree's Python files: the family hits (xref) and the dispatch hits."""
+
+    files: tuple[str, ...]
+    family: tuple[str, ...]
+    dispatch: tuple[str, ...]
+
+
+_SCANS: dict[tuple[str, str], tuple[tuple[Any, ...], Scan]] = {}
+
+
+def scan(root: Path, settings: IndexSettings) -> Scan:
+    """Prefilter the tree for both the family and the dispatch patterns with one read per file.
+
+    Memoised per process on the files' (path, size, mtime): xref and dispatch run one after the
+    other in one ``patchkit verify``, and the second gate then only stats the tree."""
+    files = python_files(root, settings.source_root)
+    stamp = tuple((rel, st.st_size, st.st_mtime_ns) for rel in files if (st := (root / rel).stat()))
+    memo_key = (str(root.resolve()), settings.key())
+    cached = _SCANS.get(memo_key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    family, dispatch = re.compile(settings.family.encode()), re.compile(dispatch_pattern(settings))
+    fam_hits, dis_hits = [], []
+    for rel in files:
+        data = (root / rel).read_bytes()
+        if family.search(data):
+            fam_hits.append(rel)
+        if dispatch.search(data):
+            dis_hits.append(rel)
+    result = Scan(tuple(files), tuple(fam_hits), tuple(dis_hits))
+    _SCANS[memo_key] = (stamp, result)
+    return result
+
+
 def dispatch_pattern(settings: IndexSettings) -> bytes:
     """Bytes regex that every file holding a dispatch site matches."""
     helpers = "|".join(map(re.escape, settings.helpers))

@@ -20,6 +20,7 @@ Findings (errors):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any
 
 from checks._xref.model import Model, Ref, bind_problems
 from patchkit.gates import Example, Finding, Severity, VerifyContext
-from patchkit.pyindex import PyIndex, module_name, scan, settings_from_manifest
+from patchkit.pyindex import PyIndex, module_name, prefilter, python_files, scan, settings_from_manifest
 
 NAME = "xref"
 DESCRIPTION = "imports, attributes, calls and self attributes of the symbol family resolve and fit"
@@ -62,6 +63,7 @@ class _Run:
     files: list[str]
     facts: list[dict[str, Any]]
     findings: list[Finding]
+    set_facts: list[dict[str, Any]]  # the set's own tests: their uses count, they are not checked
 
     def add(self, file: str, line: int | None, message: str, hint: str | None = None) -> None:
         self.findings.append(Finding(NAME, Severity.ERROR, file, line, message, hint))
@@ -77,7 +79,24 @@ def _build(ctx: VerifyContext) -> _Run:
     files = sorted(set(family_files) | set(touched))
     facts = [f for f in (index.load(rel) for rel in files) if f is not None]
     packages = tuple(sorted({module_name(rel, settings.source_root)[0].split(".")[0] for rel in all_files}))
-    return _Run(ctx, index, Model(index, packages), settings.family_re(), files, facts, [])
+    return _Run(ctx, index, Model(index, packages), settings.family_re(), files, facts, [], _set_test_facts(ctx))
+
+
+def _set_test_facts(ctx: VerifyContext) -> list[dict[str, Any]]:
+    """Facts of the set's test files that mention the family (``[verify.xref] use_paths``, default
+    ``["tests"]``, relative to the set directory): a helper only the set's tests call is used."""
+    settings = settings_from_manifest(ctx.manifest)
+    out = []
+    for sub in ctx.gate_config(NAME).get("use_paths", ["tests"]):
+        if not (ctx.set_dir / sub).is_dir():
+            continue
+        sub_settings = dataclasses.replace(settings, source_root=sub)
+        index = PyIndex(ctx.set_dir, sub_settings, ctx.cache_dir)
+        for rel in prefilter(ctx.set_dir, python_files(ctx.set_dir, sub), settings.family.encode()):
+            facts = index.load(rel)
+            if facts is not None:
+                out.append({**facts, "path": f"@set/{rel}"})
+    return out
 
 
 def run(ctx: VerifyContext) -> list[Finding]:
@@ -243,7 +262,7 @@ def _use_counts(state: _Run) -> dict[str, Any]:
     """Per name: instantiations, subclassings, references (calls/reads minus defs and imports)."""
     counts: dict[str, Any] = {k: defaultdict(int) for k in ("instantiate", "subclass", "reference")}
     counts["import_places"] = defaultdict(list)
-    for facts in state.facts:
+    for facts in state.facts + state.set_facts:
         for call in facts["calls"]:
             parts = call["callee"].split(".")
             counts["instantiate"][parts[-1]] += 1
@@ -265,7 +284,8 @@ def _use_counts(state: _Run) -> dict[str, Any]:
         for imp in facts["imports"]:
             if imp["name"] is not None:
                 counts["reference"][imp["asname"]] -= 1
-                counts["import_places"][imp["name"]].append(Place(facts["path"], imp["line"], imp["scope"]))
+                if not facts["path"].startswith("@set/"):
+                    counts["import_places"][imp["name"]].append(Place(facts["path"], imp["line"], imp["scope"]))
     return counts
 
 

@@ -141,3 +141,11 @@ def test_facts_are_cached_by_content_hash(make_ctx):
     (ctx.root / "python/pkg/user.py").write_text("from pkg.ddtree_utils import build_ddtree\n")
     pyindex._MEMORY.clear()
     assert xref._build(ctx).index.parsed == ["python/pkg/user.py"]
+
+
+def test_uses_in_the_sets_own_tests_count(make_ctx):
+    files = tree("x = 1\n", **{"@set/tests/test_tree.py": "from pkg.ddtree_utils import build_ddtree\n\n"
+                                                          "def test_it():\n    build_ddtree(1, depth_bonus=0)\n"})
+    messages = {f.message for f in errors(make_ctx(files))}
+    assert "family function build_ddtree is never called" not in messages
+    assert "family class DDTreeInput is defined but never instantiated or subclassed" in messages

@@ -327,10 +327,9 @@ def _definitions(facts, fam, kinds, defined) -> None:
         if fam(cls["name"]):
             kinds[cls["name"]].add("class")
             defined[cls["name"]].append(Place(path, cls["line"], qual))
-        for attr in cls["self_assigned"]:
-            if fam(attr):
-                kinds[attr].add("attribute")
-                defined[attr].append(Place(path, None, qual))
+        for attr, line, scope in cls["self_assigned_at"]:
+            kinds[attr].add("attribute")
+            defined[attr].append(Place(path, line, scope))
         enum_like = any(b.split(".")[-1].endswith("Enum") for b in cls["bases"])
         for f in cls["fields"]:
             if fam(f["name"]):

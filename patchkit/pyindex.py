@@ -25,7 +25,7 @@ from typing import Any
 
 import libcst as cst
 
-FACTS_SCHEMA = 6  # bump when the facts layout or extraction logic changes
+FACTS_SCHEMA = 7  # bump when the facts layout or extraction logic changes
 
 # Spec-algorithm helpers whose call is a dispatch site (map §2).
 DEFAULT_HELPERS = (
@@ -418,6 +418,7 @@ class FactCollector(cst.CSTVisitor):
             "fields": [],
             "attrs": [],
             "self_assigned": [],
+            "self_assigned_at": [],  # [attr, line, scope] for family attributes
             "self_reads": [],
             "has_getattr": False,
         }
@@ -466,6 +467,10 @@ class FactCollector(cst.CSTVisitor):
                 cls = self.current_class
                 if cls is not None:
                     self.facts["classes"][cls]["self_assigned"].append(t.attr.value)
+                    if self.family.search(t.attr.value):
+                        rec = [t.attr.value, None, self.qualname]
+                        self._line_later(rec, 1, t)
+                        self.facts["classes"][cls]["self_assigned_at"].append(rec)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for t in node.targets:

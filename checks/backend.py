@@ -69,6 +69,7 @@ class CaseResult:
     name: str
     values: dict[str, Any]
     problems: tuple[str, ...]
+    line: int | None = None  # the case's [[case]] line in the expectations file
 
     @property
     def ok(self) -> bool:
@@ -79,6 +80,11 @@ class CaseResult:
 # Expectations
 
 
+def _case_lines(text: str) -> list[int]:
+    """1-based line of each ``[[case]]`` header, so findings can name the case's line."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[[case]]"]
+
+
 def _load_expectations(ctx: VerifyContext) -> tuple[dict[str, Any], str]:
     rel = ctx.gate_config(NAME).get("expectations", DEFAULT_EXPECTATIONS)
     path = ctx.set_dir / rel
@@ -86,7 +92,11 @@ def _load_expectations(ctx: VerifyContext) -> tuple[dict[str, Any], str]:
         raise BadInput(f"no backend expectations at {rel}", location=Location(str(path)),
                        hint="write the cases there or set [verify.backend] expectations")
     try:
-        return tomllib.loads(path.read_text()), rel
+        text = path.read_text()
+        spec = tomllib.loads(text)
+        for case, line in zip(spec.get("case", []), _case_lines(text)):
+            case.setdefault("_line", line)
+        return spec, rel
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"invalid TOML: {exc}", location=Location(str(path), toml_error_line(exc)),
                        hint="fix the expectations file") from exc
@@ -118,6 +128,7 @@ def _build_cases(spec: dict[str, Any], rel: str) -> list[dict[str, Any]]:
             "expect": case.get("expect", {}),
             "expect_error": case.get("expect_error"),
             "hardware": case.get("hardware"),
+            "line": raw.get("_line"),
         })
     return cases
 
@@ -245,7 +256,7 @@ def evaluate(ctx: VerifyContext) -> tuple[list[CaseResult], str]:
     for case in cases:
         values = _derive(rows.get(case["name"], {"error": "no row from the probe"}), table)
         values["hardware"], values["flashinfer"] = case["hardware"], case["flashinfer"]
-        results.append(CaseResult(case["name"], values, tuple(_check_case(case, values, algorithm))))
+        results.append(CaseResult(case["name"], values, tuple(_check_case(case, values, algorithm)), case["line"]))
     return results, rel
 
 
@@ -269,9 +280,9 @@ def run(ctx: VerifyContext) -> list[Finding]:
     results, rel = evaluate(ctx)
     findings = []
     for result in results:
-        findings.append(Finding(NAME, Severity.INFO, rel, None, format_row(result)))
+        findings.append(Finding(NAME, Severity.INFO, rel, result.line, format_row(result)))
         for problem in result.problems:
-            findings.append(Finding(NAME, Severity.ERROR, rel, None, f"case {result.name}: {problem}",
+            findings.append(Finding(NAME, Severity.ERROR, rel, result.line, f"case {result.name}: {problem}",
                                     "fix the tree's DDTREE resolution or the declared expectation"))
     return findings
 

@@ -43,6 +43,9 @@ def test_expectation_mismatch_and_unexpected_error(make_ctx):
     text = text.replace("verify_width = 9", "verify_width = 10")
     found = errors(backend.run(make_ctx(fake_tree(expectations=text), CURRENT)))
     assert "case hopper: verify_width: expected 10, got 9" in found
+    lines = {f.line for f in backend.run(make_ctx(fake_tree(expectations=text), CURRENT)) if f.severity == Severity.ERROR}
+    headers = {n for n, line in enumerate(text.splitlines(), 1) if line == "[[case]]"}
+    assert len(headers) == 2 and lines == headers  # each finding points at its case
     assert any(m.startswith("case ampere: expected an error containing 'boom', but ServerArgs resolved") for m in found)
 
 

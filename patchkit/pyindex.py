@@ -127,12 +127,16 @@ def scan(root: Path, settings: IndexSettings) -> Scan:
     if cached is not None and cached[0] == stamp:
         return cached[1]
     family, dispatch = re.compile(settings.family.encode()), re.compile(dispatch_pattern(settings))
+    # Literal substrings every dispatch hit contains: `in` on bytes is ~2x cheaper than the regex,
+    # which then only runs on the few files that pass.
+    literals = ([f"{h}(".encode() for h in settings.helpers] + [f"{settings.enum_name}.".encode()]
+                + [n.encode() for n in settings.algorithm_names])
     fam_hits, dis_hits = [], []
     for rel in files:
         data = (root / rel).read_bytes()
         if family.search(data):
             fam_hits.append(rel)
-        if dispatch.search(data):
+        if any(lit in data for lit in literals) and dispatch.search(data):
             dis_hits.append(rel)
     result = Scan(tuple(files), tuple(fam_hits), tuple(dis_hits))
     _SCANS[memo_key] = (stamp, result)

@@ -1,0 +1,1 @@
+"""Subprocess probe of the backend gate (runs in the isolated interpreter)."""

@@ -1,0 +1,1 @@
+"""Resolution model for the xref gate."""

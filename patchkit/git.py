@@ -115,7 +115,9 @@ class Repo:
         return out.decode().strip() if status == 0 else "HEAD"
 
     def commit_message(self, commit: str) -> str:
-        return self.run_bytes("log", "-1", "--format=%B", commit)[1].decode("utf-8", "surrogateescape")
+        """The exact message bytes of ``commit`` (as text), as stored in the commit object."""
+        raw = self.run_bytes("cat-file", "commit", commit)[1]
+        return raw.split(b"\n\n", 1)[1].decode("utf-8", "surrogateescape") if b"\n\n" in raw else ""
 
     def blob_bytes(self, obj: str) -> bytes:
         return self.run_bytes("cat-file", "blob", obj)[1]

@@ -97,6 +97,8 @@ def stage_series(repo: Repo, base: str, pset: PatchSet, progress: Progress | Non
                  after_each: Callable[[StagedPatch], None] | None = None) -> list[StagedPatch]:
     """Stage every patch of ``pset`` on ``base``; all or nothing (the scratch index is discarded)."""
     staged: list[StagedPatch] = []
+    for patch in pset.patches:  # every name of every patch is checked before git sees any of them
+        safety.check_static(patch, pset.manifest.set.allow_binary)
     with scratch_index(repo, base) as index:
         for number, patch in enumerate(pset.patches, start=1):
             if progress:

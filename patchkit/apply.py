@@ -181,13 +181,17 @@ def move_branch(repo: Repo, state: TargetState, new_head: str, set_label: str) -
         journal.remove(repo)
 
 
+_held_signals: list[int] = []
+
+
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """Hold SIGINT/SIGTERM while the ref and work tree move; raise Interrupted afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    received: list[int] = []
+    received = _held_signals
+    received.clear()
     previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
@@ -203,4 +207,6 @@ def pause(step: str) -> None:
     if step in os.environ.get(PAUSE_ENV, "").split(","):
         sys.stderr.write(f"patchkit-test-pause: {step}\n")
         sys.stderr.flush()
-        time.sleep(float(os.environ.get(PAUSE_SECONDS_ENV, "30")))
+        deadline = time.monotonic() + float(os.environ.get(PAUSE_SECONDS_ENV, "30"))
+        while time.monotonic() < deadline and not _held_signals:  # a held signal ends the pause
+            time.sleep(0.05)

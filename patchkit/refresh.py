@@ -128,18 +128,18 @@ def _write(repo: Repo, set_dir: Path, base: str, old: dict[str, Patch], new: lis
         path = set_dir / name
         if not path.exists() or path.read_bytes() != data:
             path.write_bytes(data)
+    _write_series(set_dir, list(old), [name for name, _ in new])
     for name in old:
         if name not in dict(new):
             (set_dir / name).unlink()
-    _write_series(set_dir, [name for name, _ in new])
     pset = load_set(set_dir, check_lock=False)
     manifest_mod.write_lock(set_dir, compute_lock(pset, repo, base, progress))
 
 
-def _write_series(set_dir: Path, names: list[str]) -> None:
+def _write_series(set_dir: Path, old_names: list[str], names: list[str]) -> None:
     path = set_dir / SERIES_NAME
     old_text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if old_text and [e.name for e in read_series(set_dir)] == names:
+    if old_text and old_names == names:
         return  # keep comments and layout when the order did not change
     header = []
     for line in old_text.splitlines():

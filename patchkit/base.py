@@ -213,6 +213,11 @@ def _fetch_git(manifest: Manifest, dest: Path, from_git: Path | None) -> BaseRes
     return BaseResult("base fetch", True, str(dest), "git", commit, Repo(dest).tree_of(commit), False)
 
 
+def resolve_set(set_dir: Path | None) -> Path:
+    """``set_dir``, or the newest set under ddtree_patches/."""
+    return Path(set_dir) if set_dir else paths.default_set_dir()
+
+
 def locate(set_dir: Path | None, target: Path | None) -> tuple[Path, Path]:
     """The set directory (default: newest under ddtree_patches/) and target tree (default: the base dest)."""
     from patchkit.manifest import load  # the manifest is read only to find the default target

@@ -122,7 +122,7 @@ def lock_cmd(set_dir: Path | None, base_dir: Path | None, as_json: bool) -> None
     from patchkit import base, lock
 
     run_command("lock", as_json, lambda: render.with_progress(
-        "locking", lambda progress: lock.lock(base.locate(set_dir, None)[0], base_dir, progress)))
+        "locking", lambda progress: lock.lock(base.resolve_set(set_dir), base_dir, progress)))
 
 
 # ---------------------------------------------------------------- verification gates

@@ -153,12 +153,14 @@ def line_of(text: str, table: str | None, key: str | None) -> int | None:
     return start + 1 if header else None
 
 
-def load(set_dir: Path) -> Manifest:
-    """Read and validate ``set_dir/manifest.toml``."""
+def load(set_dir: Path, *, with_lock: bool = True) -> Manifest:
+    """Read and validate ``set_dir/manifest.toml`` (without ``with_lock``, the lock part is ignored)."""
     path = Path(set_dir) / MANIFEST_NAME
     if not path.is_file():
         raise BadInput(f"{path} not found", hint="pass --set DIR pointing at a patch set")
     text = path.read_text(encoding="utf-8")
+    if not with_lock:
+        text = human_part(text)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

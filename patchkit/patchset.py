@@ -167,7 +167,7 @@ def trailer_set(message: str) -> str | None:
 def load_set(set_dir: Path, *, check_lock: bool = True) -> PatchSet:
     """Load manifest, series and patches; with ``check_lock``, refuse files that differ from the lock."""
     set_dir = Path(set_dir)
-    man = manifest_mod.load(set_dir)
+    man = manifest_mod.load(set_dir, with_lock=check_lock)
     entries = read_series(set_dir)
     patches = tuple(parse_patch(set_dir / e.name) for e in entries)
     pset = PatchSet(man, patches)

@@ -194,7 +194,9 @@ def _fetch_git(manifest: Manifest, dest: Path, from_git: Path | None) -> BaseRes
     commit = manifest.git.commit
     if dest.exists():
         repo = Repo(dest)
-        if not (dest / ".git").exists() or not repo.rev(commit):
+        if not (dest / ".git").exists():
+            raise BadInput(f"{dest} exists and is not a git repository", hint="remove it or pass --dest")
+        if not repo.rev(commit):
             raise BadInput(f"{dest} exists but does not hold commit {commit}", hint="remove it or pass --dest")
         return BaseResult("base fetch", True, str(dest), "git", commit, repo.tree_of(commit), True)
     source = str(from_git) if from_git is not None else manifest.git.url

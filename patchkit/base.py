@@ -39,8 +39,9 @@ class BaseResult(CommandResult):
     kind: str  # "pypi" or "git"
     commit: str
     tree: str
-    cached: bool  # True when nothing was downloaded or extracted
+    cached: bool  # True when the tree already existed: nothing was downloaded or extracted
     wheel: str | None = None
+    downloaded: bool = False  # True when pip downloaded the wheel in this call
     wheel_sha256: str | None = None
 
 
@@ -64,6 +65,21 @@ def fetch(manifest: Manifest, dest: Path | None = None, from_git: Path | None = 
     if from_git is not None or manifest.base_kind == "git":
         return _fetch_git(manifest, dest, from_git)
     return _fetch_pypi(manifest, dest, progress)
+
+
+def find_base_by_tree(repo: Repo, manifest: Manifest, progress: Progress | None = None) -> str | None:
+    """The newest first-parent ancestor of HEAD whose tree is the base's (fetched if needed).
+
+    Lets a tree built elsewhere (another base commit message, same files) serve as the base.
+    """
+    if manifest.base_kind == "git" and manifest.git and repo.rev(manifest.git.commit):
+        return manifest.git.commit
+    tree = manifest.lock.base_tree if manifest.lock else fetch(manifest, progress=progress).tree
+    for line in repo.run("log", "--first-parent", "--format=%H %T", "HEAD").splitlines():
+        commit, commit_tree = line.split()
+        if commit_tree == tree:
+            return commit
+    return base_commit_in(repo, manifest)
 
 
 def base_commit_in(repo: Repo, manifest: Manifest) -> str | None:
@@ -90,7 +106,8 @@ def _fetch_pypi(manifest: Manifest, dest: Path, progress: Progress | None) -> Ba
     if progress:
         progress(f"extracting {pypi.wheel}")
     commit = _build_tree(pypi, wheel, dest)
-    return BaseResult("base fetch", True, str(dest), "pypi", commit, Repo(dest).tree_of(commit), not downloaded, pypi.wheel, pypi.sha256)
+    return BaseResult("base fetch", True, str(dest), "pypi", commit, Repo(dest).tree_of(commit), False, pypi.wheel,
+                      pypi.sha256, downloaded)
 
 
 def _existing_base(manifest: Manifest, dest: Path) -> str | None:

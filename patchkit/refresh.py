@@ -18,7 +18,7 @@ import unidiff
 
 from patchkit import journal
 from patchkit import manifest as manifest_mod
-from patchkit.base import base_commit_in
+from patchkit.base import find_base_by_tree
 from patchkit.errors import BadInput, EXIT_FAILED, EXIT_OK, Internal
 from patchkit.git import Repo, identity_env, open_repo
 from patchkit.lock import compute_lock
@@ -64,7 +64,7 @@ def refresh(set_dir: Path, target: Path, *, accept_context: bool = False, progre
     journal.recover(repo)
     if repo.porcelain_status():
         raise BadInput("the target has uncommitted changes", hint="commit (or amend) them first; refresh reads commits")
-    base = _base_commit(repo, PatchSet(man, tuple(old.values())))
+    base = _base_commit(repo, PatchSet(man, tuple(old.values())), progress)
     if repo.run("rev-list", "--min-parents=2", f"{base}..HEAD"):
         raise BadInput("there are merge commits after the base", hint="rebase them into a linear series")
     commits = repo.first_parent_log(base)
@@ -79,8 +79,8 @@ def refresh(set_dir: Path, target: Path, *, accept_context: bool = False, progre
     return RefreshResult("refresh", not blocked, man.label, str(target), not blocked, tuple(changes))
 
 
-def _base_commit(repo: Repo, pset: PatchSet) -> str:
-    commit = find_base(repo, pset) if pset.manifest.lock else base_commit_in(repo, pset.manifest)
+def _base_commit(repo: Repo, pset: PatchSet, progress: Progress | None) -> str:
+    commit = find_base(repo, pset) if pset.manifest.lock else find_base_by_tree(repo, pset.manifest, progress)
     if commit is None:
         raise BadInput(f"the target does not contain the base {pset.manifest.base_label()}")
     return commit

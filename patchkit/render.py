@@ -95,7 +95,7 @@ def _say(text: str) -> None:
 
 @human.register
 def _base(result: BaseResult) -> None:
-    how = "reused (no download)" if result.cached else "created"
+    how = "reused" if result.cached else ("created (wheel downloaded)" if result.downloaded else "created")
     _say(f"base {how}: {result.path}")
     _say(f"  commit {result.commit}  tree {result.tree}  ({result.kind})")
     if result.wheel:

@@ -67,6 +67,8 @@ def apply(set_dir: Path, target: Path, *, dry_run: bool = False, progress: Progr
     """Apply the set at ``set_dir`` to the git tree ``target`` (see the module docstring)."""
     pset = load_set(set_dir)
     repo = open_repo(target)
+    if dry_run and journal.path_of(repo).exists():
+        raise BadInput("an interrupted apply left a journal in the target", hint="run `patchkit apply` to finish it first")
     recovered = journal.recover(repo) if not dry_run else None
     state = inspect(repo, pset)
     result = _Outcome(pset, target, state, recovered)
@@ -87,7 +89,8 @@ def apply(set_dir: Path, target: Path, *, dry_run: bool = False, progress: Progr
         return result.make(True, "dry-run", state.head, commits)
     new_head = commits[-1].commit if commits else state.head
     assert new_head is not None
-    move_branch(repo, state, new_head, pset.manifest.label)
+    if new_head != state.head:  # an empty series has nothing to move
+        move_branch(repo, state, new_head, pset.manifest.label)
     return result.make(True, "applied", new_head, commits)
 
 

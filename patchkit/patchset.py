@@ -109,8 +109,9 @@ def parse_patch(path: Path) -> Patch:
     """Read a ``git format-patch`` file: header via ``git mailinfo``, diff, DEP-3 fields."""
     data = Path(path).read_bytes()
     where = Location(str(path), None)
-    if b"\r\n" in data:
-        raise BadInput("patch has CRLF line endings; patchkit keeps patches byte-exact with LF", location=where)
+    if data.split(b"\n", 1)[0].endswith(b"\r"):  # CRs inside hunks are content; in the header, a conversion
+        raise BadInput("patch file has CRLF line endings (converted by an editor or core.autocrlf?)", location=where,
+                       hint="restore it byte for byte, e.g. add 'ddtree_patches/** -text' to .gitattributes")
     with tempfile.TemporaryDirectory(prefix="patchkit-mailinfo-") as tmp:
         msg, diff = Path(tmp) / "msg", Path(tmp) / "patch"
         info = Repo(Path(tmp)).run("mailinfo", "-b", "-u", "--no-inbody-headers", msg, diff, input=data)

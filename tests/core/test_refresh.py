@@ -102,3 +102,22 @@ def test_refresh_refuses_uncommitted_edits(fx):
     (fx.target / "pkg/core.py").write_text("dirty\n")
     code, doc = refresh(fx)
     assert code == 2 and "uncommitted" in doc["error"]["message"]
+
+
+def test_crlf_content_survives_refresh_and_apply(fx):
+    applied(fx)
+    (fx.target / "pkg/windows.txt").write_bytes(b"one\r\ntwo\r\n")
+    helpers.commit_all(fx.repo(), "Add a CRLF file\n", "2026-03-02T00:00:00+0000")
+    code, doc = refresh(fx)
+    assert code == 0, doc
+    fresh = fx.target.parent / "fresh"
+    assert helpers.invoke("base", "fetch", "--set", str(fx.set_dir), "--dest", str(fresh)).exit_code == 0
+    assert helpers.invoke("apply", "--set", str(fx.set_dir), "--target", str(fresh)).exit_code == 0
+    assert (fresh / "pkg/windows.txt").read_bytes() == b"one\r\ntwo\r\n"
+
+
+def test_patch_file_converted_to_crlf_is_refused(fx):
+    patch = fx.set_dir / "0002-Add-pkg-extra.py.patch"
+    patch.write_bytes(patch.read_bytes().replace(b"\n", b"\r\n"))
+    code, doc = helpers.invoke_json("lock", "--set", str(fx.set_dir), "--base", str(fx.target))
+    assert code == 2 and "CRLF" in doc["error"]["message"] and doc["error"]["file"] == str(patch)

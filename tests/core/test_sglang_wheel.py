@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 import zipfile
 from pathlib import Path
 
@@ -71,11 +70,10 @@ def test_real_wheel_base_is_verified_laid_out_reproducible_and_cached(wheel_home
     assert "python/sglang/srt/speculative/spec_info.py" in files
     assert repo.porcelain_status() == []
 
-    started = time.monotonic()
     again = helpers.run_cli("base", "fetch", "--set", str(pypi_set), "--json", env={**env, **DEAD_INDEX})
     assert again.returncode == 0, again.stderr
     assert '"cached": true' in again.stdout
-    assert time.monotonic() - started < 30  # no download, no extraction (pip's index is unreachable)
+    # pip's index is unreachable: success proves nothing was downloaded (speed lives in benchmarks/)
 
     other = tmp_path / "second-tree"  # a new tree from the cached wheel, offline: same commit id
     third = helpers.run_cli("base", "fetch", "--set", str(pypi_set), "--dest", str(other), env={**env, **DEAD_INDEX})

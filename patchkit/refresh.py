@@ -24,7 +24,7 @@ from patchkit.git import Repo, identity_env, open_repo
 from patchkit.lock import compute_lock
 from patchkit.patchset import SERIES_NAME, Patch, PatchSet, load_set, parse_patch, read_series, split_trailers
 from patchkit.results import CommandResult
-from patchkit.staging import Progress
+from patchkit.staging import Progress, stage_series
 from patchkit.status import find_base
 
 #: format-patch options: stable output (no commit ids, no version signature, full blob ids).
@@ -152,8 +152,6 @@ def _write_series(set_dir: Path, old_names: list[str], names: list[str]) -> None
 def _check_round_trip(repo: Repo, set_dir: Path, base: str) -> None:
     """The written set must reproduce HEAD's tree exactly; anything else is a patchkit bug."""
     pset = load_set(set_dir)
-    from patchkit.staging import stage_series  # local: keeps import order simple
-
     staged = stage_series(repo, base, pset)
     final = staged[-1].tree if staged else repo.tree_of(base)
     if final != repo.tree_of("HEAD"):

@@ -73,7 +73,6 @@ def human(result: CommandResult) -> None:
 
 
 # ---------------------------------------------------------------- patch sets (core): base, apply, status, refresh, lock
-import contextlib  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 from patchkit.apply import ApplyResult  # noqa: E402

@@ -111,12 +111,16 @@ def drift_entries(repo: Repo, pset: PatchSet, state: TargetState) -> list[DriftE
 
 
 def patch_matches(repo: Repo, commit: str, diff: bytes) -> bool:
-    """True when the commit's change equals the patch's (git patch-id --stable on both)."""
-    shown = repo.run_bytes("diff-tree", "-p", "--full-index", "--no-renames", f"{commit}^", commit)[1]
-    ours = repo.run("patch-id", "--stable", input=shown).split()[:1]
+    """True when the commit's change equals the patch's (``git patch-id --stable`` on both).
+
+    The commit is diffed with and without rename detection, since the patch may use either form.
+    """
     theirs = repo.run("patch-id", "--stable", input=diff).split()[:1]
-    renamed = repo.run("patch-id", "--stable", input=repo.run_bytes("diff-tree", "-p", "--full-index", "-M", f"{commit}^", commit)[1]).split()[:1]
-    return bool(theirs) and theirs in (ours, renamed)
+    for renames in ("--no-renames", "-M"):
+        shown = repo.run_bytes("diff-tree", "-p", "--full-index", renames, f"{commit}^", commit)[1]
+        if theirs and repo.run("patch-id", "--stable", input=shown).split()[:1] == theirs:
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------- the status command

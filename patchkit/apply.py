@@ -147,7 +147,7 @@ def build_commits(repo: Repo, pset: PatchSet, parent: str, dry_run: bool,
         if not dry_run:
             message = message_with_trailers(header, pset.manifest.label, staged.patch.name)
             env = identity_env(header.author_name, header.author_email, header.date)
-            commit = repo.run("commit-tree", staged.tree, "-p", head[0], "-F", "-", env=env, input=message)
+            commit = repo.run("commit-tree", "--no-gpg-sign", staged.tree, "-p", head[0], "-F", "-", env=env, input=message)
             head[0] = commit
         commits.append(PatchCommit(staged.patch.name, header.subject, commit))
         pause(f"staged-{len(commits)}")

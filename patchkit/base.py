@@ -168,7 +168,7 @@ def _build_tree(pypi: PypiBase, wheel: Path, dest: Path) -> str:
         repo.run("add", "-A", "-f", ".")
         tree = repo.run("write-tree")
         env = identity_env(PATCHKIT_NAME, PATCHKIT_EMAIL, BASE_DATE)
-        commit = repo.run("commit-tree", tree, "-F", "-", env=env, input=base_message(pypi))
+        commit = repo.run("commit-tree", "--no-gpg-sign", tree, "-F", "-", env=env, input=base_message(pypi))
         repo.run("update-ref", f"refs/heads/{BRANCH}", commit)
         staging.rename(dest)
         return commit

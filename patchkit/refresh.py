@@ -105,7 +105,7 @@ def format_commit(repo: Repo, commit: str, message: str) -> bytes:
     name, email, date = repo.run("log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", commit).split("\0")
     tree = repo.tree_of(commit)
     env = identity_env(name, email, date)
-    clean = repo.run("commit-tree", tree, "-p", f"{commit}^", "-F", "-", env=env, input=message)
+    clean = repo.run("commit-tree", "--no-gpg-sign", tree, "-p", f"{commit}^", "-F", "-", env=env, input=message)
     return repo.run_bytes("format-patch", *FORMAT_OPTIONS, "-1", clean)[1]
 
 

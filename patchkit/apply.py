@@ -68,7 +68,9 @@ def apply(set_dir: Path, target: Path, *, dry_run: bool = False, progress: Progr
     pset = load_set(set_dir)
     repo = open_repo(target)
     if dry_run and journal.path_of(repo).exists():
-        raise BadInput("an interrupted apply left a journal in the target", hint="run `patchkit apply` to finish it first")
+        raise BadInput(
+            "an interrupted apply left a journal in the target", hint="run `patchkit apply` to finish it first"
+        )
     recovered = journal.recover(repo) if not dry_run else None
     state = inspect(repo, pset)
     result = _Outcome(pset, target, state, recovered)
@@ -102,8 +104,18 @@ class _Outcome:
     recovered: str | None
 
     def make(self, ok: bool, kind: str, head_after: str, patches=(), **extra) -> ApplyResult:
-        return ApplyResult("apply", ok, str(self.target), self.pset.manifest.label, kind, self.state.head,
-                           head_after, tuple(patches), recovered=self.recovered, **extra)
+        return ApplyResult(
+            "apply",
+            ok,
+            str(self.target),
+            self.pset.manifest.label,
+            kind,
+            self.state.head,
+            head_after,
+            tuple(patches),
+            recovered=self.recovered,
+            **extra,
+        )
 
 
 def _not_base(repo: Repo, pset: PatchSet, state: TargetState) -> BadInput:
@@ -135,8 +147,9 @@ def _already_or_drift(repo: Repo, pset: PatchSet, state: TargetState, result: _O
     return result.make(False, "drift", state.head, drift=tuple(drift))
 
 
-def build_commits(repo: Repo, pset: PatchSet, parent: str, dry_run: bool,
-                  progress: Progress | None) -> list[PatchCommit]:
+def build_commits(
+    repo: Repo, pset: PatchSet, parent: str, dry_run: bool, progress: Progress | None
+) -> list[PatchCommit]:
     """Stage the series on ``parent`` and (unless ``dry_run``) record one commit per patch."""
     commits: list[PatchCommit] = []
     head = [parent]
@@ -147,7 +160,9 @@ def build_commits(repo: Repo, pset: PatchSet, parent: str, dry_run: bool,
         if not dry_run:
             message = message_with_trailers(header, pset.manifest.label, staged.patch.name)
             env = identity_env(header.author_name, header.author_email, header.date)
-            commit = repo.run("commit-tree", "--no-gpg-sign", staged.tree, "-p", head[0], "-F", "-", env=env, input=message)
+            commit = repo.run(
+                "commit-tree", "--no-gpg-sign", staged.tree, "-p", head[0], "-F", "-", env=env, input=message
+            )
             head[0] = commit
         commits.append(PatchCommit(staged.patch.name, header.subject, commit))
         pause(f"staged-{len(commits)}")
@@ -195,14 +210,18 @@ def signals_held() -> Iterator[None]:
         return
     received = _held_signals
     received.clear()
-    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     if received:
-        raise Interrupted("interrupted while the branch moved; the apply was completed first (the tree is fully patched)")
+        raise Interrupted(
+            "interrupted while the branch moved; the apply was completed first (the tree is fully patched)"
+        )
 
 
 def pause(step: str) -> None:

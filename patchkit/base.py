@@ -58,8 +58,9 @@ def base_message(pypi: PypiBase) -> str:
     return f"base: {pypi.package} {pypi.version}, wheel sha256 {pypi.sha256}\n"
 
 
-def fetch(manifest: Manifest, dest: Path | None = None, from_git: Path | None = None,
-          progress: Progress | None = None) -> BaseResult:
+def fetch(
+    manifest: Manifest, dest: Path | None = None, from_git: Path | None = None, progress: Progress | None = None
+) -> BaseResult:
     """Provide the base tree at ``dest`` (default :func:`default_dest`); reuse it when present."""
     dest = Path(dest) if dest else default_dest(manifest)
     if from_git is not None or manifest.base_kind == "git":
@@ -101,13 +102,25 @@ def _fetch_pypi(manifest: Manifest, dest: Path, progress: Progress | None) -> Ba
     assert pypi is not None
     existing = _existing_base(manifest, dest)
     if existing:
-        return BaseResult("base fetch", True, str(dest), "pypi", existing, Repo(dest).tree_of(existing), True, pypi.wheel, pypi.sha256)
+        return BaseResult(
+            "base fetch", True, str(dest), "pypi", existing, Repo(dest).tree_of(existing), True, pypi.wheel, pypi.sha256
+        )
     wheel, downloaded = cached_wheel(pypi, progress)
     if progress:
         progress(f"extracting {pypi.wheel}")
     commit = _build_tree(pypi, wheel, dest)
-    return BaseResult("base fetch", True, str(dest), "pypi", commit, Repo(dest).tree_of(commit), False, pypi.wheel,
-                      pypi.sha256, downloaded)
+    return BaseResult(
+        "base fetch",
+        True,
+        str(dest),
+        "pypi",
+        commit,
+        Repo(dest).tree_of(commit),
+        False,
+        pypi.wheel,
+        pypi.sha256,
+        downloaded,
+    )
 
 
 def _existing_base(manifest: Manifest, dest: Path) -> str | None:
@@ -117,7 +130,9 @@ def _existing_base(manifest: Manifest, dest: Path) -> str | None:
         raise BadInput(f"{dest} exists and is not a git repository", hint="remove it or pass --dest")
     commit = base_commit_in(Repo(dest), manifest)
     if commit is None:
-        raise BadInput(f"{dest} exists but does not hold the base {manifest.base_label()}", hint="remove it or pass --dest")
+        raise BadInput(
+            f"{dest} exists but does not hold the base {manifest.base_label()}", hint="remove it or pass --dest"
+        )
     return commit
 
 
@@ -136,8 +151,10 @@ def cached_wheel(pypi: PypiBase, progress: Progress | None = None) -> tuple[Path
             raise BadInput(f"pip did not produce {pypi.wheel} (found: {sorted(os.listdir(tmp))})")
         actual = sha256_file(got)
         if actual != pypi.sha256:
-            raise BadInput(f"{pypi.wheel} has sha256 {actual}, the manifest pins {pypi.sha256}",
-                           hint="the index served a different file; do not trust it")
+            raise BadInput(
+                f"{pypi.wheel} has sha256 {actual}, the manifest pins {pypi.sha256}",
+                hint="the index served a different file; do not trust it",
+            )
         got.replace(wheel)
     return wheel, True
 
@@ -146,8 +163,19 @@ def pip_download_command(pypi: PypiBase, dest: Path) -> list[str]:
     """``pip download`` for exactly the pinned wheel (tags taken from its file name)."""
     parts = pypi.wheel[: -len(".whl")].split("-")
     python_tag, abi_tag, platform_tag = parts[-3], parts[-2], parts[-1]
-    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-            "--progress-bar", "off", "-d", str(dest)]
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+        "-d",
+        str(dest),
+    ]
     match = re.fullmatch(r"([a-z]+)(\d)(\d+)", python_tag)
     if match:
         argv += ["--implementation", match.group(1), "--python-version", f"{match.group(2)}.{match.group(3)}"]
@@ -207,7 +235,9 @@ def map_member(layout: dict[str, str], name: str) -> str | None:
 # ---------------------------------------------------------------------- git
 def _fetch_git(manifest: Manifest, dest: Path, from_git: Path | None) -> BaseResult:
     if manifest.git is None:
-        raise BadInput("the manifest has no [base.git] table (url, commit) for a git base", location=Location(str(manifest.path)))
+        raise BadInput(
+            "the manifest has no [base.git] table (url, commit) for a git base", location=Location(str(manifest.path))
+        )
     commit = manifest.git.commit
     if dest.exists():
         repo = Repo(dest)
@@ -245,8 +275,9 @@ def locate(set_dir: Path | None, target: Path | None) -> tuple[Path, Path]:
     return set_dir, Path(target) if target else default_dest(load(set_dir))
 
 
-def fetch_for_set(set_dir: Path | None, dest: Path | None, from_git: Path | None,
-                  progress: Progress | None = None) -> BaseResult:
+def fetch_for_set(
+    set_dir: Path | None, dest: Path | None, from_git: Path | None, progress: Progress | None = None
+) -> BaseResult:
     """``patchkit base fetch``: :func:`fetch` for the set's manifest."""
     from patchkit.manifest import load
 

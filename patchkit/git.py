@@ -85,8 +85,13 @@ class Repo:
             raise GitFailed(argv, status, err_text)
         return status, out, err_text
 
-    def run(self, *args: str | os.PathLike, env: Mapping[str, str] | None = None,
-            input: bytes | str | None = None, check: bool = True) -> str:
+    def run(
+        self,
+        *args: str | os.PathLike,
+        env: Mapping[str, str] | None = None,
+        input: bytes | str | None = None,
+        check: bool = True,
+    ) -> str:
         """Run ``git args`` and return stdout as text without the trailing newline."""
         data = input.encode() if isinstance(input, str) else input
         _, out, _ = self.run_bytes(*args, env=env, input=data, check=check)

@@ -48,7 +48,9 @@ def lock(set_dir: Path, base_dir: Path | None = None, progress: Progress | None 
     repo = open_repo(base_dir, "base tree")
     commit = base_mod.base_commit_in(repo, man)
     if commit is None:
-        raise BadInput(f"{base_dir} does not hold the base {man.base_label()}", hint="pass --base DIR or run `patchkit base fetch`")
+        raise BadInput(
+            f"{base_dir} does not hold the base {man.base_label()}", hint="pass --base DIR or run `patchkit base fetch`"
+        )
     new_lock = compute_lock(pset, repo, commit, progress)
     changed = manifest_mod.write_lock(Path(set_dir), new_lock)
     return LockResult("lock", True, man.label, new_lock.base_tree, new_lock.patches, len(new_lock.post_image), changed)

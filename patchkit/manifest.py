@@ -196,10 +196,17 @@ def _pypi(path: Path, text: str, data: Any) -> PypiBase:
     f = _Fields(path, text, "base.pypi", data)
     wheel = f.string("wheel", re.compile(r"[^/\\]+\.whl"))
     layout = data.get("layout")
-    if not isinstance(layout, dict) or not layout or not all(
-        isinstance(k, str) and isinstance(v, str) and k.endswith("/") and v.endswith("/") for k, v in layout.items()
+    if (
+        not isinstance(layout, dict)
+        or not layout
+        or not all(
+            isinstance(k, str) and isinstance(v, str) and k.endswith("/") and v.endswith("/") for k, v in layout.items()
+        )
     ):
-        raise f.error("layout", '[base.pypi] layout must map wheel prefixes to repo prefixes, e.g. { "sglang/" = "python/sglang/" }')
+        raise f.error(
+            "layout",
+            '[base.pypi] layout must map wheel prefixes to repo prefixes, e.g. { "sglang/" = "python/sglang/" }',
+        )
     for prefix in (*layout.keys(), *layout.values()):
         if prefix.startswith("/") or ".." in prefix.split("/"):
             raise f.error("layout", f"[base.pypi] layout prefix {prefix!r} must be relative without '..'")

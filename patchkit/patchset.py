@@ -93,7 +93,9 @@ def read_series(set_dir: Path) -> tuple[SeriesEntry, ...]:
             continue
         where = Location(str(path), number)
         if len(text.split()) != 1:
-            raise BadInput(f"series entry {text!r} has options; patchkit takes plain file names (-p1 is implied)", location=where)
+            raise BadInput(
+                f"series entry {text!r} has options; patchkit takes plain file names (-p1 is implied)", location=where
+            )
         if not _NAME_RE.fullmatch(text):
             raise BadInput(f"series entry {text!r} must be a file name inside the set (no '/' or '..')", location=where)
         if any(e.name == text for e in entries):
@@ -110,8 +112,11 @@ def parse_patch(path: Path) -> Patch:
     data = Path(path).read_bytes()
     where = Location(str(path), None)
     if data.split(b"\n", 1)[0].endswith(b"\r"):  # CRs inside hunks are content; in the header, a conversion
-        raise BadInput("patch file has CRLF line endings (converted by an editor or core.autocrlf?)", location=where,
-                       hint="restore it byte for byte, e.g. add 'ddtree_patches/** -text' to .gitattributes")
+        raise BadInput(
+            "patch file has CRLF line endings (converted by an editor or core.autocrlf?)",
+            location=where,
+            hint="restore it byte for byte, e.g. add 'ddtree_patches/** -text' to .gitattributes",
+        )
     with tempfile.TemporaryDirectory(prefix="patchkit-mailinfo-") as tmp:
         msg, diff = Path(tmp) / "msg", Path(tmp) / "patch"
         info = Repo(Path(tmp)).run("mailinfo", "-b", "-u", "--no-inbody-headers", msg, diff, input=data)
@@ -190,7 +195,9 @@ def check_integrity(pset: PatchSet) -> None:
     locked = [p.file for p in man.lock.patches]
     listed = [p.name for p in pset.patches]
     if locked != listed:
-        raise BadInput(f"series lists {listed} but the lock lists {locked}", location=Location(str(man.path)), hint=hint)
+        raise BadInput(
+            f"series lists {listed} but the lock lists {locked}", location=Location(str(man.path)), hint=hint
+        )
     for patch, lock_entry in zip(pset.patches, man.lock.patches):
         if patch.sha256 != lock_entry.sha256:
             raise BadInput(

@@ -28,9 +28,19 @@ from patchkit.staging import Progress, stage_series
 from patchkit.status import find_base
 
 #: format-patch options: stable output (no commit ids, no version signature, full blob ids).
-FORMAT_OPTIONS = ("--stdout", "--full-index", "--no-signature", "--zero-commit", "--no-numbered",
-                  "--subject-prefix=PATCH", "--find-renames", "--stat=72", "--no-attach", "--no-thread",
-                  "--encode-email-headers")
+FORMAT_OPTIONS = (
+    "--stdout",
+    "--full-index",
+    "--no-signature",
+    "--zero-commit",
+    "--no-numbered",
+    "--subject-prefix=PATCH",
+    "--find-renames",
+    "--stat=72",
+    "--no-attach",
+    "--no-thread",
+    "--encode-email-headers",
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +65,9 @@ class RefreshResult(CommandResult):
         return EXIT_OK if self.ok else EXIT_FAILED
 
 
-def refresh(set_dir: Path, target: Path, *, accept_context: bool = False, progress: Progress | None = None) -> RefreshResult:
+def refresh(
+    set_dir: Path, target: Path, *, accept_context: bool = False, progress: Progress | None = None
+) -> RefreshResult:
     """Regenerate the set at ``set_dir`` from the commits on top of the base in ``target``."""
     set_dir = Path(set_dir)
     man = manifest_mod.load(set_dir)
@@ -122,8 +134,9 @@ def _unique(name: str, used: set[str]) -> str:
     return name
 
 
-def _write(repo: Repo, set_dir: Path, base: str, old: dict[str, Patch], new: list[tuple[str, bytes]],
-           progress: Progress | None) -> None:
+def _write(
+    repo: Repo, set_dir: Path, base: str, old: dict[str, Patch], new: list[tuple[str, bytes]], progress: Progress | None
+) -> None:
     for name, data in new:
         path = set_dir / name
         if not path.exists() or path.read_bytes() != data:

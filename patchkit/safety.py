@@ -219,7 +219,10 @@ def _cross_check_unidiff(patch: Patch, changes: list[FileChange]) -> None:
     except unidiff.UnidiffParseError as exc:
         raise BadInput(f"malformed diff: {exc}", location=where) from exc
     if len(parsed) != len(changes):
-        raise UnsafePatch(f"unidiff sees {len(parsed)} files, the raw scan {len(changes)}; refusing an ambiguous patch", location=where)
+        raise UnsafePatch(
+            f"unidiff sees {len(parsed)} files, the raw scan {len(changes)}; refusing an ambiguous patch",
+            location=where,
+        )
     for pfile in parsed:
         for name in (pfile.source_file, pfile.target_file):
             name = _file_name(name or "")

@@ -66,7 +66,11 @@ class ScratchIndex:
 
     def symlinks(self) -> set[str]:
         out = self.git("ls-files", "-s", "-z")[1]
-        return {r.split(b"\t", 1)[1].decode("utf-8", "surrogateescape") for r in out.split(b"\0") if r.startswith(b"120000 ")}
+        return {
+            r.split(b"\t", 1)[1].decode("utf-8", "surrogateescape")
+            for r in out.split(b"\0")
+            if r.startswith(b"120000 ")
+        }
 
     def blob(self, path: str) -> bytes | None:
         out = self.git("ls-files", "-s", "-z", "--", path)[1].split(b"\0")[0]
@@ -93,8 +97,13 @@ def stage_patch(index: ScratchIndex, patch: Patch, allow_binary: tuple[str, ...]
     return StagedPatch(patch, tree, frozenset(safety.touched_paths(changes)))
 
 
-def stage_series(repo: Repo, base: str, pset: PatchSet, progress: Progress | None = None,
-                 after_each: Callable[[StagedPatch], None] | None = None) -> list[StagedPatch]:
+def stage_series(
+    repo: Repo,
+    base: str,
+    pset: PatchSet,
+    progress: Progress | None = None,
+    after_each: Callable[[StagedPatch], None] | None = None,
+) -> list[StagedPatch]:
     """Stage every patch of ``pset`` on ``base``; all or nothing (the scratch index is discarded)."""
     staged: list[StagedPatch] = []
     for patch in pset.patches:  # every name of every patch is checked before git sees any of them
@@ -127,11 +136,15 @@ def explain_conflict(index: ScratchIndex, patch: Patch, git_error: str) -> Confl
         content = index.blob(pfile.source_file[2:]) if not pfile.is_added_file else None
         if pfile.is_added_file:
             if index.blob(pfile.target_file[2:]) is not None:
-                return Conflict(patch.name, pfile.target_file[2:], None, None, (), (), f"{path} already exists\n{git_error}")
+                return Conflict(
+                    patch.name, pfile.target_file[2:], None, None, (), (), f"{path} already exists\n{git_error}"
+                )
             continue
         if content is None:
             return Conflict(patch.name, path, None, None, (), (), f"{path} does not exist in the tree\n{git_error}")
-        found = _first_missing_hunk(patch.name, path, content.decode("utf-8", "surrogateescape").splitlines(), pfile, git_error)
+        found = _first_missing_hunk(
+            patch.name, path, content.decode("utf-8", "surrogateescape").splitlines(), pfile, git_error
+        )
         if found:
             return found
     return Conflict(patch.name, "?", None, None, (), (), git_error.strip())

@@ -149,14 +149,27 @@ def status(set_dir: Path, target: Path) -> StatusResult:
     state = inspect(repo, pset)
     names = [p.name for p in pset.patches]
     applied = tuple(
-        AppliedCommit(c.commit, c.patch, c.set, c.patch in names and patch_matches(repo, c.commit, _diff_of(pset, c.patch)))
+        AppliedCommit(
+            c.commit, c.patch, c.set, c.patch in names and patch_matches(repo, c.commit, _diff_of(pset, c.patch))
+        )
         for c in state.applied
     )
     base_ok = state.base_commit is not None
     drift = tuple(drift_entries(repo, pset, state)) if base_ok else ()
     kind = _state_name(base_ok, state, names, drift, applied)
-    return StatusResult("status", kind == "applied", str(target), pset.manifest.label, base_ok, state.base_commit,
-                        kind, applied, tuple(names[len(applied):]), drift, recovered)
+    return StatusResult(
+        "status",
+        kind == "applied",
+        str(target),
+        pset.manifest.label,
+        base_ok,
+        state.base_commit,
+        kind,
+        applied,
+        tuple(names[len(applied) :]),
+        drift,
+        recovered,
+    )
 
 
 def _diff_of(pset: PatchSet, name: str) -> bytes:

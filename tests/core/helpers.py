@@ -87,7 +87,11 @@ def edit_series_commits(target: Path) -> None:
     repo = Repo(target)
     core = CORE_PY.replace("return x + 2\n", "return x + 2  # patched by 0001\n")
     write(target / "pkg/core.py", core)
-    commit_all(repo, "Patch f2 in core\n\nMakes f2 say who patched it.\n\nUpstream-Status: Pending\n", "2026-02-01T10:00:00+0000")
+    commit_all(
+        repo,
+        "Patch f2 in core\n\nMakes f2 say who patched it.\n\nUpstream-Status: Pending\n",
+        "2026-02-01T10:00:00+0000",
+    )
     write(target / "pkg/extra.py", "def extra():\n    return 'extra'\n")
     commit_all(repo, "Add pkg/extra.py\n", "2026-02-02T10:00:00+0000")
     write(target / "pkg/util.py", UTIL_PY.replace("VALUE_15 = 15\n", "VALUE_15 = 1500\n"))
@@ -113,7 +117,9 @@ def invoke_json(*args: str) -> tuple[int, dict]:
 
 def run_cli(*args: str, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
     """Run ``python -m patchkit`` as a real subprocess."""
-    return subprocess.run([sys.executable, "-m", "patchkit", *args], env=cli_env(env), capture_output=True, text=True, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", *args], env=cli_env(env), capture_output=True, text=True, **kwargs
+    )
 
 
 def cli_env(extra: dict | None = None) -> dict:

@@ -78,7 +78,9 @@ def test_wrong_base_is_refused_exit_2_naming_differing_files(fx):
     # make it look unrelated: rewrite history so the base is not an ancestor
     fx.repo().run("reset", "-q", "--soft", fx.base_commit)
     tree = fx.repo().run("write-tree")
-    orphan = fx.repo().run("commit-tree", tree, "-m", "orphan", env=helpers.identity_env("x", "x@x", "2026-03-01T00:00:00+0000"))
+    orphan = fx.repo().run(
+        "commit-tree", tree, "-m", "orphan", env=helpers.identity_env("x", "x@x", "2026-03-01T00:00:00+0000")
+    )
     fx.repo().run("reset", "-q", "--hard", orphan)
     result = apply(fx)
     assert result.exit_code == 2

@@ -34,7 +34,9 @@ def test_from_git_uses_an_existing_clone(template, tmp_path):
     helpers.write(clone / "later.txt", "upstream moved on\n")
     helpers.commit_all(helpers.Repo(clone), "later upstream work\n", "2026-05-01T00:00:00+0000")
     dest = tmp_path / "tree"
-    code, doc = helpers.invoke_json("base", "fetch", "--set", str(set_dir), "--from-git", str(clone), "--dest", str(dest))
+    code, doc = helpers.invoke_json(
+        "base", "fetch", "--set", str(set_dir), "--from-git", str(clone), "--dest", str(dest)
+    )
     assert code == 0 and doc["result"]["commit"] == commit
     assert not (dest / "later.txt").exists()
 
@@ -45,7 +47,9 @@ def test_missing_commit_is_refused(template, tmp_path):
     helpers.init_repo(other, "main")  # reproducible ids: make_upstream here would recreate the pin
     helpers.write(other / "x", "y")
     helpers.commit_all(helpers.Repo(other), "different\n", "2026-05-01T00:00:00+0000")
-    code, doc = helpers.invoke_json("base", "fetch", "--set", str(set_dir), "--from-git", str(other), "--dest", str(tmp_path / "t"))
+    code, doc = helpers.invoke_json(
+        "base", "fetch", "--set", str(set_dir), "--from-git", str(other), "--dest", str(tmp_path / "t")
+    )
     assert code == 2 and f"commit {commit} is not in" in doc["error"]["message"]
     assert not (tmp_path / "t").exists(), "a failed fetch leaves no half tree"
 

@@ -15,7 +15,9 @@ def apply_json(fx):
 
 def test_edited_patch_is_refused_until_locked(fx):
     patch = fx.set_dir / "0002-Add-pkg-extra.py.patch"
-    patch.write_text(patch.read_text().replace("Subject: [PATCH] Add pkg/extra.py", "Subject: [PATCH] Add pkg/extra.py module"))
+    patch.write_text(
+        patch.read_text().replace("Subject: [PATCH] Add pkg/extra.py", "Subject: [PATCH] Add pkg/extra.py module")
+    )
     code, doc = apply_json(fx)
     assert code == 2
     assert "0002-Add-pkg-extra.py.patch has sha256" in doc["error"]["message"]
@@ -129,7 +131,9 @@ def test_bad_upstream_status_is_refused(fx):
 
 
 def test_trailer_block_round_trips():
-    header = patchset.PatchHeader("A", "a@x", "Sun, 1 Mar 2026 00:00:00 +0000", "subject", "body\n\nUpstream-Status: Pending")
+    header = patchset.PatchHeader(
+        "A", "a@x", "Sun, 1 Mar 2026 00:00:00 +0000", "subject", "body\n\nUpstream-Status: Pending"
+    )
     message = patchset.message_with_trailers(header, "tiny@1.0.0", "0001-x.patch")
     assert patchset.split_trailers(message) == (header.message(), "0001-x.patch")
     assert patchset.trailer_set(message) == "tiny@1.0.0"

@@ -68,7 +68,9 @@ def add_hostile_patch(set_dir, diff: str) -> str:
     with open(set_dir / "series", "a") as series:
         series.write(name + "\n")
     lock = load(set_dir).lock
-    write_lock(set_dir, Lock(lock.base_tree, lock.patches + (LockedPatch(name, sha256_file(set_dir / name)),), lock.post_image))
+    write_lock(
+        set_dir, Lock(lock.base_tree, lock.patches + (LockedPatch(name, sha256_file(set_dir / name)),), lock.post_image)
+    )
     return name
 
 
@@ -103,7 +105,9 @@ def test_hostile_patch_is_refused_exit_2_and_nothing_changes(fx, tmp_path, attac
 def test_declared_binary_patch_is_allowed(fx):
     manifest = fx.set_dir / "manifest.toml"
     name = "0006-innocent-looking-change.patch"
-    manifest.write_text(manifest.read_text().replace('python = ["3.11"]', f'python = ["3.11"]\nallow_binary = ["{name}"]'))
+    manifest.write_text(
+        manifest.read_text().replace('python = ["3.11"]', f'python = ["3.11"]\nallow_binary = ["{name}"]')
+    )
     data = bytes(range(256))
     target = fx.target
     (target / "pkg/blob.bin").write_bytes(data)

@@ -30,7 +30,10 @@ def start_paused_apply(fx, step: str) -> subprocess.Popen:
     env = helpers.cli_env({"PATCHKIT_TEST_PAUSE": step, "PATCHKIT_TEST_PAUSE_S": "60"})
     proc = subprocess.Popen(
         [sys.executable, "-m", "patchkit", "apply", "--set", str(fx.set_dir), "--target", str(fx.target)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     for line in proc.stderr:
         if line.strip() == f"patchkit-test-pause: {step}":
@@ -63,7 +66,10 @@ def test_interrupted_apply_ends_clean(fx, tmp_path, step, signum):
 
     head = fx.head()
     if signum != signal.SIGKILL:  # a catchable signal never leaves anything to recover
-        assert (head, helpers.tree_snapshot(fx.target)) in [(fx.base_commit, base_snapshot), (patched, patched_snapshot)]
+        assert (head, helpers.tree_snapshot(fx.target)) in [
+            (fx.base_commit, base_snapshot),
+            (patched, patched_snapshot),
+        ]
         assert not (fx.target / ".git/patchkit-apply.json").exists()
     if step.startswith("staged"):
         assert head == fx.base_commit and helpers.tree_snapshot(fx.target) == base_snapshot

@@ -41,7 +41,10 @@ def test_amended_commit_is_content_changed_and_keeps_its_name(fx):
     assert code == 0, doc
     by_name = {c["patch"]: c for c in doc["result"]["changes"]}
     assert by_name["0002-Add-pkg-extra.py.patch"]["status"] == "content changed"
-    assert (by_name["0002-Add-pkg-extra.py.patch"]["added"], by_name["0002-Add-pkg-extra.py.patch"]["removed"]) == (1, 1)
+    assert (by_name["0002-Add-pkg-extra.py.patch"]["added"], by_name["0002-Add-pkg-extra.py.patch"]["removed"]) == (
+        1,
+        1,
+    )
     assert by_name["0001-Patch-f2-in-core.patch"]["status"] == "unchanged"
     new = helpers.set_snapshot(fx.set_dir)
     assert new.keys() == old.keys()
@@ -57,11 +60,19 @@ def test_amended_commit_is_content_changed_and_keeps_its_name(fx):
 def test_new_commit_gets_a_numbered_name_and_removed_patch_is_reported(fx):
     applied(fx)
     (fx.target / "pkg/sixth.py").write_text("SIX = 6\n")
-    helpers.commit_all(fx.repo(), "Add a sixth module\n\nUpstream-Status: Inappropriate [test only]\n", "2026-03-01T00:00:00+0000")
+    helpers.commit_all(
+        fx.repo(), "Add a sixth module\n\nUpstream-Status: Inappropriate [test only]\n", "2026-03-01T00:00:00+0000"
+    )
     code, doc = refresh(fx)
     assert code == 0
-    assert doc["result"]["changes"][-1] == {"patch": "0006-Add-a-sixth-module.patch", "status": "new", "context_changed": False,
-                                           "added": 0, "removed": 0, "detail": ""}
+    assert doc["result"]["changes"][-1] == {
+        "patch": "0006-Add-a-sixth-module.patch",
+        "status": "new",
+        "context_changed": False,
+        "added": 0,
+        "removed": 0,
+        "detail": "",
+    }
     assert (fx.set_dir / "series").read_text().splitlines()[-1] == "0006-Add-a-sixth-module.patch"
     assert (fx.set_dir / "series").read_text().startswith("# tiny set")
     # drop patch 5 (and the sixth) again: reported as removed

@@ -40,7 +40,12 @@ def test_path_problem(path, problem):
 
 @pytest.mark.parametrize(
     "link,target,bad",
-    [("pkg/l", "../README.txt", False), ("pkg/l", "../../x", True), ("l", "/etc", True), ("a/b/l", "../../.git/hooks", True)],
+    [
+        ("pkg/l", "../README.txt", False),
+        ("pkg/l", "../../x", True),
+        ("l", "/etc", True),
+        ("a/b/l", "../../.git/hooks", True),
+    ],
 )
 def test_link_problem(link, target, bad):
     assert (safety.link_problem(link, target) is not None) == bad

@@ -13,8 +13,13 @@ from tests.core import helpers
 WHEEL = "sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl"
 SHA256 = "4ed786a38655851fd055ef57380c34d29b87753b53f63457309f51e5bf48c2e6"
 REAL_SET = helpers.REPO_ROOT / "ddtree_patches" / "v1"
-DEAD_INDEX = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
-              "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}
+DEAD_INDEX = {
+    "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+    "PIP_EXTRA_INDEX_URL": "",
+    "PIP_FIND_LINKS": "",
+    "PIP_RETRIES": "0",
+    "PIP_TIMEOUT": "2",
+}
 
 MANIFEST = f"""\
 [set]
@@ -86,7 +91,9 @@ def test_real_wheel_base_is_verified_laid_out_reproducible_and_cached(wheel_home
     assert '"base_ok": true' in status.stdout
 
 
-@pytest.mark.skipif(not (REAL_SET / "manifest.toml").exists(), reason="ddtree_patches/v1/manifest.toml does not exist yet")
+@pytest.mark.skipif(
+    not (REAL_SET / "manifest.toml").exists(), reason="ddtree_patches/v1/manifest.toml does not exist yet"
+)
 def test_real_ddtree_set_applies_to_the_real_wheel_base(wheel_home, tmp_path):
     env = {"PATCHKIT_HOME": str(wheel_home)}
     target = tmp_path / "sglang-ddtree"

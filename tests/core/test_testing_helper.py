@@ -15,8 +15,16 @@ def test_patched_tree_is_built_once_and_reused(template, tmp_path, monkeypatch):
     _, base_commit, set_dir = template
     monkeypatch.setenv("PATCHKIT_HOME", str(tmp_path / "home"))
     env = helpers.cli_env()
-    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(set_dir)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, str(set_dir)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
     paths = {out.strip() for out, _ in outputs}

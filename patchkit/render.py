@@ -75,6 +75,8 @@ def human(result: CommandResult) -> None:
 # ---------------------------------------------------------------- patch sets (core): base, apply, status, refresh, lock
 from collections.abc import Callable  # noqa: E402
 
+from rich.text import Text  # noqa: E402
+
 from patchkit.apply import ApplyResult  # noqa: E402
 from patchkit.base import BaseResult  # noqa: E402
 from patchkit.lock import LockResult  # noqa: E402
@@ -136,7 +138,7 @@ def _conflict(result: ApplyResult) -> None:
         for i in range(max(len(conflict.expected), len(conflict.actual))):
             want = conflict.expected[i] if i < len(conflict.expected) else ""
             have = conflict.actual[i] if i < len(conflict.actual) else ""
-            table.add_row(("  " if want == have else "! ") + want, have)
+            table.add_row(Text(("  " if want == have else "! ") + want), Text(have))  # Text: code is not markup
         stdout.print(table)
     if conflict.git_error:
         _say("git apply said:\n  " + conflict.git_error.replace("\n", "\n  "))

@@ -133,3 +133,14 @@ def test_detached_head_is_moved_too(fx):
     assert apply(fx).exit_code == 0
     assert fx.repo().head_ref() == "HEAD"
     assert len(fx.repo().first_parent_log(fx.base_commit)) == 5
+
+
+def test_conflict_report_shows_code_with_brackets_verbatim(fx):
+    patch = fx.set_dir / "0003-Change-VALUE_15-in-util.patch"
+    patch.write_text(patch.read_text().replace(" VALUE_13 = 13\n", " VALUE_13 = [bold]x[/bold]\n"))
+    lock = load(fx.set_dir).lock
+    patches = tuple(LockedPatch(p.file, sha256_file(fx.set_dir / p.file)) for p in lock.patches)
+    write_lock(fx.set_dir, Lock(lock.base_tree, patches, lock.post_image))
+    result = apply(fx)
+    assert result.exit_code == 1
+    assert "VALUE_13 = [bold]x[/bold]" in result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from patchkit import paths
 from tests.core import helpers
 
 
@@ -62,3 +63,18 @@ def test_existing_unrelated_dest_is_refused(template, tmp_path):
     code, doc = helpers.invoke_json("base", "fetch", "--set", str(set_dir), "--dest", str(dest))
     assert code == 2 and "not a git repository" in doc["error"]["message"]
     assert (dest / "file").read_text() == "mine\n"
+
+
+def test_default_set_is_the_newest_under_ddtree_patches(template, tmp_path, monkeypatch):
+    _, commit, set_dir = template
+    for version in ("v1", "v2", "v10"):
+        helpers.copy_set(set_dir, tmp_path / "ddtree_patches" / version)
+    (tmp_path / "ddtree_patches" / "notes").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PATCHKIT_HOME")
+    assert paths.default_set_dir() == tmp_path / "ddtree_patches" / "v10"
+    default_tree = tmp_path / ".patchkit" / "trees" / f"upstream-{commit[:12]}"
+    code, doc = helpers.invoke_json("base", "fetch")
+    assert code == 0 and doc["result"]["path"] == str(default_tree)
+    code, doc = helpers.invoke_json("apply")
+    assert code == 0 and doc["result"]["target"] == str(default_tree) and doc["result"]["state"] == "applied"

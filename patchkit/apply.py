@@ -28,7 +28,7 @@ from pathlib import Path
 
 from patchkit import journal, staging
 from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput, Interrupted
-from patchkit.git import Repo, identity_env, open_repo
+from patchkit.git import Repo, identity_env, open_repo, quarantine
 from patchkit.patchset import PatchSet, load_set, message_with_trailers
 from patchkit.results import CommandResult
 from patchkit.status import DriftEntry, TargetState, drift_entries, inspect
@@ -83,12 +83,14 @@ def apply(set_dir: Path, target: Path, *, dry_run: bool = False, progress: Progr
             f"the target has uncommitted changes: {', '.join(line[3:] for line in state.dirty[:10])}",
             hint="commit, stash or remove them; apply needs a clean pinned base",
         )
-    try:
-        commits = build_commits(repo, pset, state.head, dry_run, progress)
-    except ConflictError as error:
-        return result.make(False, "conflict", state.head, conflict=error.conflict)
-    if dry_run:
-        return result.make(True, "dry-run", state.head, commits)
+    with quarantine(repo) as held:
+        try:
+            commits = build_commits(held.repo, pset, state.head, dry_run, progress)
+        except ConflictError as error:
+            return result.make(False, "conflict", state.head, conflict=error.conflict)
+        if dry_run:
+            return result.make(True, "dry-run", state.head, commits)
+        held.publish()
     new_head = commits[-1].commit if commits else state.head
     assert new_head is not None
     if new_head != state.head:  # an empty series has nothing to move

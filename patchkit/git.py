@@ -7,9 +7,11 @@ writes or reads: commit ids and refreshed patches are the same on every machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import git as gitpython
@@ -52,8 +54,9 @@ def identity_env(name: str, email: str, date: str, *, committer: bool = True) ->
 class Repo:
     """A git repository (work tree root ``path``)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, env: Mapping[str, str] | None = None):
         self.path = Path(path)
+        self.env = dict(env or {})  # added to every call (e.g. a quarantine object directory)
         self._git = gitpython.Git(str(self.path))
 
     # ------------------------------------------------------------------ running git
@@ -66,7 +69,7 @@ class Repo:
     ) -> tuple[int, bytes, str]:
         """Run ``git args``; return (exit status, stdout bytes, stderr text). Raise on failure if ``check``."""
         argv = [str(a) for a in args]
-        full_env = {**_QUIET_ENV, **(env or {})}
+        full_env = {**_QUIET_ENV, **self.env, **(env or {})}
         with tempfile.TemporaryFile() as stdin:
             if input is not None:
                 stdin.write(input)
@@ -175,3 +178,40 @@ def init_repo(path: Path, branch: str = "patchkit") -> Repo:
 def temp_index_env(index_file: Path) -> dict[str, str]:
     """Environment that makes git stage into ``index_file`` instead of the repository's index."""
     return {"GIT_INDEX_FILE": str(index_file)}
+
+
+class Quarantine:
+    """New objects go to a temporary object directory until :meth:`publish` copies them in.
+
+    Staging and commit-tree write blobs, trees and commits; in quarantine they never reach the
+    repository unless the transaction goes ahead, so a refused or interrupted apply leaves even
+    ``.git/objects`` as it was (the same idea as git's receive-pack quarantine).
+    """
+
+    def __init__(self, repo: Repo, directory: Path):
+        self.objects = directory / "objects"
+        self.objects.mkdir()
+        self.target_objects = repo.git_dir / "objects"
+        env = {"GIT_OBJECT_DIRECTORY": str(self.objects), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(self.target_objects)}
+        self.repo = Repo(repo.path, {**repo.env, **env})
+
+    def publish(self) -> int:
+        """Copy the quarantined loose objects into the repository (each one atomically); return the count."""
+        count = 0
+        for source in sorted(self.objects.glob("[0-9a-f][0-9a-f]/*")):
+            dest = self.target_objects / source.parent.name / source.name
+            if dest.exists():
+                continue
+            dest.parent.mkdir(exist_ok=True)
+            partial = dest.with_name(f"tmp_{source.name}")
+            shutil.copyfile(source, partial)
+            os.replace(partial, dest)
+            count += 1
+        return count
+
+
+@contextlib.contextmanager
+def quarantine(repo: Repo) -> Iterator[Quarantine]:
+    """A :class:`Quarantine` for ``repo``, deleted on exit (published objects stay)."""
+    with tempfile.TemporaryDirectory(prefix="patchkit-objects-") as tmp:
+        yield Quarantine(repo, Path(tmp))

@@ -13,7 +13,7 @@ from pathlib import Path
 from patchkit import base as base_mod
 from patchkit import manifest as manifest_mod
 from patchkit.errors import BadInput
-from patchkit.git import Repo, open_repo
+from patchkit.git import Repo, open_repo, quarantine
 from patchkit.manifest import Lock, LockedPatch
 from patchkit.patchset import PatchSet, load_set
 from patchkit.results import CommandResult
@@ -51,6 +51,7 @@ def lock(set_dir: Path, base_dir: Path | None = None, progress: Progress | None 
         raise BadInput(
             f"{base_dir} does not hold the base {man.base_label()}", hint="pass --base DIR or run `patchkit base fetch`"
         )
-    new_lock = compute_lock(pset, repo, commit, progress)
+    with quarantine(repo) as held:  # locking leaves the base tree's object store untouched
+        new_lock = compute_lock(pset, held.repo, commit, progress)
     changed = manifest_mod.write_lock(Path(set_dir), new_lock)
     return LockResult("lock", True, man.label, new_lock.base_tree, new_lock.patches, len(new_lock.post_image), changed)

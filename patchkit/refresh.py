@@ -20,7 +20,7 @@ from patchkit import journal
 from patchkit import manifest as manifest_mod
 from patchkit.base import find_base_by_tree
 from patchkit.errors import BadInput, EXIT_FAILED, EXIT_OK, Internal
-from patchkit.git import Repo, identity_env, open_repo
+from patchkit.git import Repo, identity_env, open_repo, quarantine
 from patchkit.lock import compute_lock
 from patchkit.patchset import SERIES_NAME, Patch, PatchSet, load_set, parse_patch, read_series, split_trailers
 from patchkit.results import CommandResult
@@ -80,14 +80,15 @@ def refresh(
     if repo.run("rev-list", "--min-parents=2", f"{base}..HEAD"):
         raise BadInput("there are merge commits after the base", hint="rebase them into a linear series")
     commits = repo.first_parent_log(base)
-    new = render_patches(repo, commits, man.label)
-    changes = [_compare(old.get(name), name, text) for name, text in new] + [
-        PatchChange(name, "removed") for name in old if name not in dict(new)
-    ]
-    blocked = any(c.context_changed for c in changes) and not accept_context
-    if not blocked:
-        _write(repo, set_dir, base, old, new, progress)
-        _check_round_trip(repo, set_dir, base)
+    with quarantine(repo) as held:  # the scratch commits and trees never reach the target's object store
+        new = render_patches(held.repo, commits, man.label)
+        changes = [_compare(old.get(name), name, text) for name, text in new] + [
+            PatchChange(name, "removed") for name in old if name not in dict(new)
+        ]
+        blocked = any(c.context_changed for c in changes) and not accept_context
+        if not blocked:
+            _write(held.repo, set_dir, base, old, new, progress)
+            _check_round_trip(held.repo, set_dir, base)
     return RefreshResult("refresh", not blocked, man.label, str(target), not blocked, tuple(changes))
 
 

@@ -178,3 +178,9 @@ def build_template(root: Path) -> tuple[Path, str, Path]:
 def copy_set(template_set: Path, dest: Path) -> Path:
     shutil.copytree(template_set, dest)
     return dest
+
+
+def object_files(repo_root: Path) -> set[str]:
+    """Names of every file in the repository's object store."""
+    objects = repo_root / ".git" / "objects"
+    return {p.relative_to(objects).as_posix() for p in objects.rglob("*") if p.is_file()}

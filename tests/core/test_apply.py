@@ -89,8 +89,10 @@ def test_wrong_base_is_refused_exit_2_naming_differing_files(fx):
 
 def test_dry_run_checks_everything_and_changes_nothing(fx):
     snap, head = helpers.tree_snapshot(fx.target), fx.head()
+    objects = helpers.object_files(fx.target)
     code, doc = helpers.invoke_json("apply", "--set", str(fx.set_dir), "--target", str(fx.target), "--dry-run")
     assert code == 0 and doc["result"]["state"] == "dry-run"
+    assert helpers.object_files(fx.target) == objects
     assert [p["patch"] for p in doc["result"]["patches"]][2] == "0003-Change-VALUE_15-in-util.patch"
     assert fx.head() == head and helpers.tree_snapshot(fx.target) == snap
 
@@ -107,6 +109,7 @@ def _break_patch_3(fx) -> None:
 def test_conflict_in_patch_3_of_5_leaves_target_byte_identical_and_names_hunk(fx):
     _break_patch_3(fx)
     snap, head = helpers.tree_snapshot(fx.target), fx.head()
+    objects = helpers.object_files(fx.target)
     code, doc = helpers.invoke_json("apply", "--set", str(fx.set_dir), "--target", str(fx.target))
     assert code == 1
     conflict = doc["result"]["conflict"]
@@ -115,6 +118,7 @@ def test_conflict_in_patch_3_of_5_leaves_target_byte_identical_and_names_hunk(fx
     assert "VALUE_13 = 31" in conflict["expected"] and "VALUE_13 = 13" in conflict["actual"]
     assert fx.head() == head == fx.base_commit
     assert helpers.tree_snapshot(fx.target) == snap
+    assert helpers.object_files(fx.target) == objects, "staged objects stayed in quarantine"
     human = helpers.invoke("apply", "--set", str(fx.set_dir), "--target", str(fx.target))
     assert human.exit_code == 1
     assert "CONFLICT: 0003-Change-VALUE_15-in-util.patch, hunk 1 does not apply at pkg/util.py:13" in human.output

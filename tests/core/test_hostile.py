@@ -87,6 +87,7 @@ def test_hostile_patch_is_refused_exit_2_and_nothing_changes(fx, tmp_path, attac
     diff, words = cases(str(outside).lstrip("/"))[attack]
     name = add_hostile_patch(fx.set_dir, diff)
     before_tree, before_outside, head = helpers.tree_snapshot(fx.target), outside_snapshot(tmp_path), fx.head()
+    objects = helpers.object_files(fx.target)
 
     code, doc = helpers.invoke_json("apply", "--set", str(fx.set_dir), "--target", str(fx.target))
 
@@ -96,6 +97,7 @@ def test_hostile_patch_is_refused_exit_2_and_nothing_changes(fx, tmp_path, attac
     assert doc["error"]["file"].endswith(name)
     assert fx.head() == head
     assert helpers.tree_snapshot(fx.target) == before_tree
+    assert helpers.object_files(fx.target) == objects, "not even unreachable objects are left behind"
     assert outside_snapshot(tmp_path) == before_outside, "nothing written anywhere outside the tree"
     assert not (fx.target / ".git/hooks/post-checkout").exists()
     # lock refuses it as well, so such a set cannot be locked in the first place

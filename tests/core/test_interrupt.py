@@ -56,6 +56,7 @@ def test_interrupted_apply_ends_clean(fx, tmp_path, step, signum):
     patched = full_head(fx, tmp_path)
     patched_snapshot = helpers.tree_snapshot(tmp_path / "reference")
 
+    objects = helpers.object_files(fx.target)
     proc = start_paused_apply(fx, step)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
@@ -73,6 +74,7 @@ def test_interrupted_apply_ends_clean(fx, tmp_path, step, signum):
         assert not (fx.target / ".git/patchkit-apply.json").exists()
     if step.startswith("staged"):
         assert head == fx.base_commit and helpers.tree_snapshot(fx.target) == base_snapshot
+        assert helpers.object_files(fx.target) == objects, "staged objects never left quarantine"
 
     status = helpers.run_cli("status", "--set", str(fx.set_dir), "--target", str(fx.target), "--json")
     doc = json.loads(status.stdout)

@@ -41,8 +41,8 @@ class BaseResult(CommandResult):
     tree: str
     cached: bool  # True when the tree already existed: nothing was downloaded or extracted
     wheel: str | None = None
-    downloaded: bool = False  # True when pip downloaded the wheel in this call
     wheel_sha256: str | None = None
+    downloaded: bool = False  # True when pip downloaded the wheel in this call
 
 
 def default_dest(manifest: Manifest) -> Path:
@@ -102,24 +102,15 @@ def _fetch_pypi(manifest: Manifest, dest: Path, progress: Progress | None) -> Ba
     assert pypi is not None
     existing = _existing_base(manifest, dest)
     if existing:
-        return BaseResult(
-            "base fetch", True, str(dest), "pypi", existing, Repo(dest).tree_of(existing), True, pypi.wheel, pypi.sha256
-        )
+        tree = Repo(dest).tree_of(existing)
+        return BaseResult("base fetch", True, str(dest), "pypi", existing, tree, True, pypi.wheel, pypi.sha256)
     wheel, downloaded = cached_wheel(pypi, progress)
     if progress:
         progress(f"extracting {pypi.wheel}")
     commit = _build_tree(pypi, wheel, dest)
+    tree = Repo(dest).tree_of(commit)
     return BaseResult(
-        "base fetch",
-        True,
-        str(dest),
-        "pypi",
-        commit,
-        Repo(dest).tree_of(commit),
-        False,
-        pypi.wheel,
-        pypi.sha256,
-        downloaded,
+        "base fetch", True, str(dest), "pypi", commit, tree, False, pypi.wheel, pypi.sha256, downloaded=downloaded
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import zipfile
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def test_real_wheel_base_is_verified_laid_out_reproducible_and_cached(wheel_home
     env = {"PATCHKIT_HOME": str(wheel_home)}
     first = helpers.run_cli("base", "fetch", "--set", str(pypi_set), "--json", env=env)
     assert first.returncode == 0, first.stderr
+    first_doc = json.loads(first.stdout)["result"]
+    assert first_doc["wheel_sha256"] == SHA256 and first_doc["cached"] is False and first_doc["downloaded"] is True
     wheel = wheel_home / "cache" / WHEEL
     assert hashlib.sha256(wheel.read_bytes()).hexdigest() == SHA256
     tree = wheel_home / "trees" / "sglang-0.5.12"
@@ -81,8 +84,11 @@ def test_real_wheel_base_is_verified_laid_out_reproducible_and_cached(wheel_home
     # pip's index is unreachable: success proves nothing was downloaded (speed lives in benchmarks/)
 
     other = tmp_path / "second-tree"  # a new tree from the cached wheel, offline: same commit id
-    third = helpers.run_cli("base", "fetch", "--set", str(pypi_set), "--dest", str(other), env={**env, **DEAD_INDEX})
+    third = helpers.run_cli(
+        "base", "fetch", "--set", str(pypi_set), "--dest", str(other), "--json", env={**env, **DEAD_INDEX}
+    )
     assert third.returncode == 0, third.stderr
+    assert json.loads(third.stdout)["result"]["downloaded"] is False
     assert helpers.Repo(other).run("rev-parse", "HEAD") == repo.run("rev-parse", "HEAD")
 
     locked = helpers.run_cli("lock", "--set", str(pypi_set), env=env)

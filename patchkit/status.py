@@ -184,4 +184,5 @@ def _state_name(base_ok: bool, state: TargetState, names: list[str], drift: tupl
     complete = [c.patch for c in applied] == names and all(c.matches for c in applied)
     if complete and not drift:
         return "applied"
-    return "partial" if names[: len(applied)] == [c.patch for c in applied] and len(applied) < len(names) else "drift"
+    prefix = names[: len(applied)] == [c.patch for c in applied] and 0 < len(applied) < len(names)
+    return "partial" if prefix and not state.foreign and not state.dirty else "drift"

@@ -76,3 +76,17 @@ def test_plain_output_when_not_a_terminal(fx):
     assert proc.returncode == 0
     assert "\x1b[" not in proc.stdout + proc.stderr
     assert proc.stdout.startswith("applied 5 patches of tiny@1.0.0")
+
+
+def test_status_names_partial_and_dirty_base(fx):
+    (fx.target / "stray.txt").write_text("x")
+    code, doc = status(fx)
+    assert (code, doc["result"]["state"]) == (1, "drift")
+    assert {"path": "stray.txt", "reason": "uncommitted: ??"} in doc["result"]["drift"]
+    (fx.target / "stray.txt").unlink()
+    assert helpers.invoke("apply", "--set", str(fx.set_dir), "--target", str(fx.target)).exit_code == 0
+    fx.repo().run("reset", "-q", "--hard", "HEAD~3")
+    code, doc = status(fx)
+    assert (code, doc["result"]["state"]) == (1, "partial")
+    assert [a["patch"][:4] for a in doc["result"]["applied"]] == ["0001", "0002"]
+    assert [m[:4] for m in doc["result"]["missing"]] == ["0003", "0004", "0005"]

@@ -9,6 +9,7 @@ move) is reported loudly and nothing is written unless ``--accept-context``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -93,7 +94,9 @@ def refresh(
 
 
 def _base_commit(repo: Repo, pset: PatchSet, progress: Progress | None) -> str:
-    commit = find_base(repo, pset) if pset.manifest.lock else find_base_by_tree(repo, pset.manifest, progress)
+    commit = find_base(repo, pset) if pset.manifest.lock else None
+    if commit is None:  # no lock yet, or a new base pin (porting): learn the base tree from the pin itself
+        commit = find_base_by_tree(repo, dataclasses.replace(pset.manifest, lock=None), progress)
     if commit is None:
         raise BadInput(f"the target does not contain the base {pset.manifest.base_label()}")
     return commit

@@ -51,6 +51,11 @@ def cases(outside: str) -> dict[str, tuple[str, str]]:
         "copy-target-outside": (rename("pkg/core.py", "../outside/core.py", "copy"), "'..'"),
         "symlink-to-outside": (symlink("pkg/evil", "../../outside/secret.txt"), "points outside the tree"),
         "symlink-absolute": (symlink("pkg/evil", "/etc/passwd"), "absolute"),
+        "retarget-existing-symlink": (
+            "diff --git a/linkdir b/linkdir\nindex 1111111..2222222 120000\n--- a/linkdir\n+++ b/linkdir\n"
+            "@@ -1 +1 @@\n-pkg\n\\ No newline at end of file\n+../../outside\n\\ No newline at end of file\n",
+            "points outside the tree",
+        ),
         "quoted-name-traversal": (new_file("\\056\\056/outside/evil.txt", quoted=True), "'..'"),
         "quoted-name-dot-git": (new_file("\\056git/config", quoted=True), "'.git'"),
         "binary-undeclared": (

@@ -188,3 +188,107 @@ def _human_bundle(result: BundleResult) -> None:
         stdout.print(f"excluded: {', '.join(result.excluded)}", markup=False)
     stdout.print(f"copy {result.out} to the host, then run there: {result.install_command} "
                  f"(inside {result.out.name}/)", markup=False)
+# ---------------------------------------------------------------- patch sets (core): base, apply, status, refresh, lock
+from collections.abc import Callable  # noqa: E402
+
+from rich.text import Text  # noqa: E402
+
+from patchkit.apply import ApplyResult  # noqa: E402
+from patchkit.base import BaseResult  # noqa: E402
+from patchkit.lock import LockResult  # noqa: E402
+from patchkit.refresh import RefreshResult  # noqa: E402
+from patchkit.status import StatusResult  # noqa: E402
+
+
+def with_progress(description: str, core: Callable[[Callable[[str], None]], Any]) -> Any:
+    """Run ``core(progress)`` under a transient status line on stderr; ``progress(text)`` updates it."""
+    with progress(description) as status:
+        return core(lambda text: status.update(text))
+
+
+def _say(text: str) -> None:
+    stdout.print(text, markup=False)
+
+
+@human.register
+def _base(result: BaseResult) -> None:
+    how = "reused" if result.cached else ("created (wheel downloaded)" if result.downloaded else "created")
+    _say(f"base {how}: {result.path}")
+    _say(f"  commit {result.commit}  tree {result.tree}  ({result.kind})")
+    if result.wheel:
+        _say(f"  wheel {result.wheel}  sha256 {result.wheel_sha256}")
+
+
+@human.register
+def _apply(result: ApplyResult) -> None:
+    if result.recovered:
+        _say(f"recovery: {result.recovered}")
+    if result.state == "conflict" and result.conflict:
+        _conflict(result)
+        return
+    if result.state == "drift":
+        _say(f"DRIFT: {result.target} is not exactly {result.set} applied to its base; nothing was changed")
+        for entry in result.drift:
+            _say(f"  {entry.reason:<28} {entry.path}")
+        _say("  (reset the tree to its base and re-run `patchkit apply`, or use `patchkit refresh` to keep edits)")
+        return
+    headline = {
+        "applied": f"applied {len(result.patches)} patches of {result.set} to {result.target}",
+        "already-applied": f"already applied: {result.set} is fully applied to {result.target}; nothing to do",
+        "dry-run": f"dry run: all {len(result.patches)} patches of {result.set} apply cleanly; nothing was changed",
+    }[result.state]
+    _say(headline)
+    for patch in result.patches:
+        _say(f"  ok  {patch.patch}  {(patch.commit or '')[:12]}  {patch.subject}")
+
+
+def _conflict(result: ApplyResult) -> None:
+    conflict = result.conflict
+    assert conflict is not None
+    where = f"{conflict.file}:{conflict.line}" if conflict.line else conflict.file
+    hunk = f", hunk {conflict.hunk}" if conflict.hunk else ""
+    _say(f"CONFLICT: {conflict.patch}{hunk} does not apply at {where}")
+    _say(f"  the target was not changed (still at {result.head_before[:12]})")
+    if conflict.expected or conflict.actual:
+        table = Table("expected by the patch", "in the tree", show_lines=False)
+        for i in range(max(len(conflict.expected), len(conflict.actual))):
+            want = conflict.expected[i] if i < len(conflict.expected) else ""
+            have = conflict.actual[i] if i < len(conflict.actual) else ""
+            table.add_row(Text(("  " if want == have else "! ") + want), Text(have))  # Text: code is not markup
+        stdout.print(table)
+    if conflict.git_error:
+        _say("git apply said:\n  " + conflict.git_error.replace("\n", "\n  "))
+
+
+@human.register
+def _status(result: StatusResult) -> None:
+    _say(f"{result.target}: {result.state}  (set {result.set})")
+    if result.journal:
+        _say(f"  recovery: {result.journal}")
+    _say(f"  base: {'ok ' + (result.base_commit or '')[:12] if result.base_ok else 'NOT the pinned base'}")
+    for commit in result.applied:
+        mark = "ok" if commit.matches else "DIFFERS"
+        _say(f"  applied  {commit.patch}  {commit.commit[:12]}  {mark}")
+    for name in result.missing:
+        _say(f"  missing  {name}")
+    for entry in result.drift:
+        _say(f"  drift    {entry.reason:<28} {entry.path}")
+
+
+@human.register
+def _refresh(result: RefreshResult) -> None:
+    for change in result.changes:
+        loud = "  CONTEXT CHANGED" if change.context_changed else ""
+        counts = f" (+{change.added}/-{change.removed} lines)" if change.added or change.removed else ""
+        _say(f"  {change.status:<26} {change.patch}{counts}{loud}{' - ' + change.detail if change.detail else ''}")
+    if result.written:
+        _say(f"refreshed {result.set} (series, patches and lock written)")
+    else:
+        _say("NOT written: a patch's context changed; review it, then re-run with --accept-context")
+
+
+@human.register
+def _lock(result: LockResult) -> None:
+    what = "updated" if result.changed else "already up to date"
+    _say(f"lock {what}: {result.set}, base tree {result.base_tree}, {len(result.patches)} patches, "
+         f"{result.post_image_files} post-image files")

@@ -73,3 +73,13 @@ def cuda() -> torch.device:
     if not torch.cuda.is_available():
         pytest.skip("CUDA is not available on this machine")
     return torch.device("cuda")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def single_torch_thread():
+    """Run torch single-threaded: these tests issue many tiny ops, where handing
+    work to a thread pool on a small shared CI machine costs far more than it saves."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -59,9 +59,7 @@ CUDA_SKIP = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(
-    params=["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, CUDA_SKIP])]
-)
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, CUDA_SKIP])])
 def device(request: pytest.FixtureRequest) -> torch.device:
     """Every device the module must run on: CPU always, CUDA when present."""
     return torch.device(request.param)

@@ -46,7 +46,9 @@ class TinyDecoder:
         freq = 1.0 / (100.0 ** (torch.arange(half, dtype=torch.float64) / half))
         angle = positions.double()[:, None, None] * freq
         x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat([x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()], -1)
+        return torch.cat(
+            [x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()], -1
+        )
 
     def forward(
         self, tokens: torch.Tensor, positions: torch.Tensor, cache: Cache, mask: torch.Tensor
@@ -59,10 +61,14 @@ class TinyDecoder:
         new_cache = []
         for layer, (past_k, past_v) in zip(self.layers, cache):
             normed = hidden / hidden.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
-            q, k, v = (normed @ layer["qkv"]).view(len(tokens), 3, self.heads, self.head_dim).unbind(1)
+            q, k, v = (
+                (normed @ layer["qkv"]).view(len(tokens), 3, self.heads, self.head_dim).unbind(1)
+            )
             keys = torch.cat([past_k, self.rotate(k, positions)])
             values = torch.cat([past_v, v])
-            scores = torch.einsum("qhd,khd->hqk", self.rotate(q, positions), keys) / self.head_dim**0.5
+            scores = (
+                torch.einsum("qhd,khd->hqk", self.rotate(q, positions), keys) / self.head_dim**0.5
+            )
             attn = scores.masked_fill(~mask, float("-inf")).softmax(-1)
             out = torch.einsum("hqk,khd->qhd", attn, values).reshape(len(tokens), -1)
             hidden = hidden + out @ layer["out"]
@@ -84,7 +90,9 @@ class TinyDecoder:
         return self.prefill(tokens)[0][-1]
 
 
-def greedy_autoregressive(model: TinyDecoder, prompt: List[int], count: int) -> Tuple[List[int], Cache]:
+def greedy_autoregressive(
+    model: TinyDecoder, prompt: List[int], count: int
+) -> Tuple[List[int], Cache]:
     logits, cache = model.prefill(prompt)
     out = [int(logits[-1].argmax())]
     while len(out) < count:
@@ -144,7 +152,9 @@ def perturbed_target_drafts(model, contexts, depth, noise, gen):
         context, rows = list(context), []
         for _ in range(depth):
             logits = model.next_logits(context)
-            rows.append(logits + torch.randn(logits.shape, generator=gen, dtype=torch.float64) * noise)
+            rows.append(
+                logits + torch.randn(logits.shape, generator=gen, dtype=torch.float64) * noise
+            )
             context.append(int(logits.argmax()))
         drafts.append(torch.stack(rows))
     return torch.stack(drafts).float()
@@ -247,9 +257,12 @@ def test_sampled_tree_decoding_follows_target_distribution(ddtree_utils):
     assert len(only_bonus) < trials / 2
 
     first = torch.softmax(model.next_logits(prompt), -1)
-    expected = torch.stack(
-        [first[a] * torch.softmax(model.next_logits(prompt + [a]), -1) for a in range(vocab)]
-    ).flatten() * trials
+    expected = (
+        torch.stack(
+            [first[a] * torch.softmax(model.next_logits(prompt + [a]), -1) for a in range(vocab)]
+        ).flatten()
+        * trials
+    )
     observed = torch.zeros(vocab * vocab, dtype=torch.float64)
     for a, b in pairs:
         observed[a * vocab + b] += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Iterator, Tuple
 
@@ -49,7 +50,9 @@ def random_batches(regime: str, seed: int, count: int) -> Iterator[Tuple[torch.T
         yield draft_logits(regime, (BATCH, depth, vocab), gen), budget
 
 
-def assert_matches_heap(tree, log_probs: torch.Tensor, token_ids: torch.Tensor, budget: int) -> None:
+def assert_matches_heap(
+    tree, log_probs: torch.Tensor, token_ids: torch.Tensor, budget: int
+) -> None:
     assert tree.node_token_ids.shape == (log_probs.shape[0], budget)
     assert tree.parents.shape == (log_probs.shape[0], budget + 1)
     assert tree.visibility.shape == (log_probs.shape[0], budget + 1, budget + 1)
@@ -64,7 +67,9 @@ def assert_matches_heap(tree, log_probs: torch.Tensor, token_ids: torch.Tensor, 
         valid = ref.visibility(expected.parents)
         assert torch.equal(tree.visibility[b, : n + 1, : n + 1], valid)
         # Padding rows see only themselves; nothing sees them.
-        assert torch.equal(tree.visibility[b, n + 1 :], torch.eye(budget + 1, dtype=torch.bool)[n + 1 :])
+        assert torch.equal(
+            tree.visibility[b, n + 1 :], torch.eye(budget + 1, dtype=torch.bool)[n + 1 :]
+        )
         assert not tree.visibility[b, : n + 1, n + 1 :].any()
 
 
@@ -144,12 +149,10 @@ def test_builder_runs_on_every_device(ddtree_utils, device):
     log_probs, token_ids = ddtree_utils.ddtree_topk_from_logits(logits.to(device), 64)
     tree = ddtree_utils.build_ddtree_tree_from_topk(log_probs, token_ids, 64)
     assert tree.parents.device.type == device.type
-    assert_matches_heap(
-        type(tree)(**{f: getattr(tree, f).cpu() if torch.is_tensor(getattr(tree, f)) else getattr(tree, f) for f in tree.__dataclass_fields__}),
-        log_probs.cpu(),
-        token_ids.cpu(),
-        64,
+    on_cpu = dataclasses.replace(
+        tree, **{name: value.cpu() for name, value in vars(tree).items() if torch.is_tensor(value)}
     )
+    assert_matches_heap(on_cpu, log_probs.cpu(), token_ids.cpu(), 64)
 
 
 @pytest.mark.gpu
@@ -159,6 +162,8 @@ def test_gpu_builder_equals_cpu_builder(ddtree_utils, cuda, regime):
         k = min(budget, logits.shape[-1])
         log_probs, token_ids = ddtree_utils.ddtree_topk_from_logits(logits, k)
         on_cpu = ddtree_utils.build_ddtree_tree_from_topk(log_probs, token_ids, budget)
-        on_gpu = ddtree_utils.build_ddtree_tree_from_topk(log_probs.to(cuda), token_ids.to(cuda), budget)
+        on_gpu = ddtree_utils.build_ddtree_tree_from_topk(
+            log_probs.to(cuda), token_ids.to(cuda), budget
+        )
         for field in ("node_token_ids", "depths", "parents", "num_nodes", "visibility"):
             assert torch.equal(getattr(on_gpu, field).cpu(), getattr(on_cpu, field)), field

@@ -60,7 +60,9 @@ def test_retrieve_tensors_are_left_child_right_sibling(ddtree_utils, device):
 def test_follow_verified_matches_reference_walk(ddtree_utils, device):
     gen = torch.Generator().manual_seed(3)
     for seed in range(12):
-        tree = random_tree(ddtree_utils, bs=6, depth=6, vocab=4, budget=30, seed=seed, device=device)
+        tree = random_tree(
+            ddtree_utils, bs=6, depth=6, vocab=4, budget=30, seed=seed, device=device
+        )
         # Target tokens drawn from the tree's own tokens, so long walks happen.
         target = torch.randint(0, 4, (6, tree.num_verify_tokens), generator=gen)
         accept_index, accept_length, bonus = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from conftest import make_target
+from tests.smoke.conftest import make_target
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
 # Answers the query patchkit sends, like nvidia-smi on an H200 host.

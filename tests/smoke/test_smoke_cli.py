@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from conftest import alive
+from tests.smoke.conftest import alive
 
 
 def servers(doc):

@@ -50,7 +50,7 @@ def test_prompts_skip_comments_and_reject_duplicates(tmp_path):
 
 
 def test_shipped_prompt_set_loads():
-    from conftest import REPO_ROOT
+    from tests.smoke.conftest import REPO_ROOT
 
     prompts = load_prompts(REPO_ROOT / "ddtree_patches" / "v1" / "smoke" / "prompts.jsonl")
     ids = [p for p in prompts if not p.needs_tokenizer]

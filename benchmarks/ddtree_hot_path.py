@@ -515,7 +515,7 @@ class RandomTarget:
         # GQA folded into the query length: the heads of one KV group share the tree mask.
         q = q.view(bs, width, s.kv_heads, group, s.head_dim).permute(0, 2, 3, 1, 4).reshape(bs, s.kv_heads, group * width, s.head_dim)
         o = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)
-        o = o.view(bs, s.kv_heads, group, width, s.head_dim).permute(0, 3, 1, 2, 4).reshape(bs * width, s.heads * s.head_dim)
+        o = o.reshape(bs, s.kv_heads, group, width, s.head_dim).permute(0, 3, 1, 2, 4).reshape(bs * width, s.heads * s.head_dim)
         x = x + o @ weights["o"].T
         gate, up = (F.rms_norm(x, (s.hidden,)) @ weights["gate_up"].T).chunk(2, dim=-1)
         return x + (F.silu(gate) * up) @ weights["down"].T
@@ -848,11 +848,10 @@ def kernel_profile(fn: Callable[[], object], device: torch.device, top: int = 8)
 
 
 def _event_device_us(event) -> float:
-    for attr in ("device_time", "cuda_time", "self_device_time_total", "device_time_total"):
-        value = getattr(event, attr, None)
-        if value:
-            return float(value)
-    return 0.0
+    time_range = getattr(event, "time_range", None)
+    if time_range is not None:
+        return float(time_range.elapsed_us())
+    return float(getattr(event, "device_time_total", 0.0) or 0.0)
 
 
 # --------------------------------------------------------------------------- report
@@ -1046,10 +1045,14 @@ def profile_goal_cell(mod: ModuleType, args, device: torch.device) -> dict:
     seq_lens = torch.full((bs,), args.context, device=device)
     targets = torch.zeros(bs, budget + 1, dtype=torch.int64, device=device)
     inputs = RoundInputs(logits, top_log_probs, top_token_ids, seq_lens, args.context * bs, targets, budget)
-    return {
+    profiles = {
         f"builder bs={bs} B={budget}": kernel_profile(lambda: batched_build(mod, inputs), device),
         f"round bs={bs} B={budget}": kernel_profile(lambda: batched_round(mod, inputs), device),
     }
+    if args.triton_proto:
+        proto = load_triton_proto()
+        profiles[f"prototype round bs={bs} B={budget}"] = kernel_profile(lambda: proto_round(proto, inputs, args.context), device)
+    return profiles
 
 
 if __name__ == "__main__":

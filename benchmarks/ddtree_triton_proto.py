@@ -73,12 +73,14 @@ def heap_tree_kernel(lp_ptr, ids_ptr, tok_ptr, depth_ptr, parent_ptr, num_ptr, v
         sc = tl.where(f_valid, f_score, neg)
         best = tl.max(sc, 0)
         cand = f_valid & (sc == best)
-        m0 = tl.min(tl.where(cand, f_w0, 0x7FFFFFFFFFFFFFFF), 0)
-        cand = cand & (f_w0 == m0)
-        m1 = tl.min(tl.where(cand, f_w1, 0x7FFFFFFFFFFFFFFF), 0)
-        cand = cand & (f_w1 == m1)
-        m2 = tl.min(tl.where(cand, f_w2, 0x7FFFFFFFFFFFFFFF), 0)
-        cand = cand & (f_w2 == m2)
+        # Exact score ties are rare; only then compare the rank tuples word by word.
+        if tl.sum(tl.cast(cand, tl.int32), 0) > 1:
+            m0 = tl.min(tl.where(cand, f_w0, 0x7FFFFFFFFFFFFFFF), 0)
+            cand = cand & (f_w0 == m0)
+            m1 = tl.min(tl.where(cand, f_w1, 0x7FFFFFFFFFFFFFFF), 0)
+            cand = cand & (f_w1 == m1)
+            m2 = tl.min(tl.where(cand, f_w2, 0x7FFFFFFFFFFFFFFF), 0)
+            cand = cand & (f_w2 == m2)
         slot = tl.min(tl.where(cand, idx, BLOCK), 0)
         sel = idx == slot
         meta = tl.sum(tl.where(sel, f_meta, 0), 0)

@@ -1025,6 +1025,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             cell = run_cell(mod, bs, budget, args, target, device)
             cells.append(cell)
+            if args.out:  # partial report after every cell, in case the run is cut short
+                args.out.write_text(render_report(cells, device, args, str(Path(args.tree) / MODULE_PATH), {}))
             print(f"[cell bs={bs} B={budget}] {time.perf_counter() - t0:.1f}s ref={fmt(cell.ref_build_ms)} eager={fmt(cell.build_eager_ms)} graph={fmt(cell.build_graph_ms)} round={fmt(cell.round_eager_ms)}/{fmt(cell.round_graph_ms)} identical={cell.trees_identical} sync={cell.host_sync}", flush=True)
     profiles = {} if args.no_profile else profile_goal_cell(mod, args, device)
     report = render_report(cells, device, args, str(Path(args.tree) / MODULE_PATH), profiles)

@@ -552,6 +552,7 @@ class MeasuredVerify:
     layers_ms: float
     head_ms: float
     total_ms: float
+    total_graph_ms: float = math.nan  # the same forward replayed as CUDA graphs
 
 
 def measure_verify(target: RandomTarget, visibility: torch.Tensor, context: int, device: torch.device, budget_ms: float) -> MeasuredVerify:
@@ -578,7 +579,15 @@ def measure_verify(target: RandomTarget, visibility: torch.Tensor, context: int,
     layers_t = time_device(layers, device, warmup=1, repeat=repeats_for(5.0, budget_ms / 2, 3, 10))
     head_t = time_device(lambda: target.head(x), device, warmup=1, repeat=repeats_for(5.0, budget_ms / 2, 3, 10))
     scaled = layers_t.median_ms * s.layers / len(target.layers)
-    return MeasuredVerify(len(target.layers), layers_t.median_ms, head_t.median_ms, scaled + head_t.median_ms)
+    graph_total = math.nan
+    if device.type == "cuda":  # an engine replays the verify forward as a CUDA graph
+        graph_layers, graph_head = capture_graph(layers), capture_graph(lambda: target.head(x))
+        if graph_layers.graph is not None and graph_head.graph is not None:
+            gl = time_device(graph_layers.graph.replay, device, 1, repeats_for(5.0, budget_ms / 2, 3, 10)).median_ms
+            gh = time_device(graph_head.graph.replay, device, 1, repeats_for(5.0, budget_ms / 2, 3, 10)).median_ms
+            graph_total = gl * s.layers / len(target.layers) + gh
+        del graph_layers, graph_head
+    return MeasuredVerify(len(target.layers), layers_t.median_ms, head_t.median_ms, scaled + head_t.median_ms, graph_total)
 
 
 # --------------------------------------------------------------------------- one cell
@@ -746,6 +755,8 @@ def measure_proto(mod: ModuleType, cell: CellResult, inputs: RoundInputs, trees,
     if device.type != "cuda":
         result.update(build_graph_ms=math.nan, round_graph_ms=math.nan, host_sync="n/a (cpu)", capture_error="n/a (cpu)")
         return result
+    if (cell.bs, cell.budget) in PROTO_SWEEP_CELLS:
+        result["heap_warps_graph_ms"] = heap_warps_sweep(proto, inputs, device, args)
     captured_build = capture_graph(build)
     result["build_graph_ms"] = time_device(captured_build.graph.replay, device, 3, repeats_for(0.1, args.time_budget_ms / 2, 20, 200)).median_ms if captured_build.graph else math.nan
     result["host_sync"] = host_sync_check(lambda: proto_round(proto, inputs, max_seq), device)
@@ -758,6 +769,18 @@ def measure_proto(mod: ModuleType, cell: CellResult, inputs: RoundInputs, trees,
     else:
         result["round_graph_ms"] = math.nan
     return result
+
+
+PROTO_SWEEP_CELLS = {(1, 128), (64, 128), (64, 512)}
+
+
+def heap_warps_sweep(proto: ModuleType, inputs: RoundInputs, device: torch.device, args) -> dict[int, float]:
+    """Graph time of the heap kernel per warp count: each pop is a chain of block reductions."""
+    times = {}
+    for warps in (1, 2, 4, 8):
+        captured = capture_graph(lambda: proto.build_tree(inputs.top_log_probs, inputs.top_token_ids, inputs.budget, num_warps=warps))
+        times[warps] = time_device(captured.graph.replay, device, 3, 30).median_ms if captured.graph else math.nan
+    return times
 
 
 def _tree_view(out: dict[str, torch.Tensor]):
@@ -889,13 +912,13 @@ def _yes_no(flag: bool | None, error: str | None) -> str:
 
 def round_table(cells: list[CellResult]) -> list[str]:
     lines = [
-        "| bs | B | verify tokens | roofline verify (ms) | measured verify (ms) | reference round (ms) | ref % roofline | round eager (ms) | eager % roofline | round graph (ms) | graph % roofline | host sync | round == reference |",
+        "| bs | B | verify tokens | roofline verify (ms) | measured verify eager / graph (ms) | reference round (ms) | ref % roofline | round eager (ms) | eager % roofline | round graph (ms) | graph % roofline | host sync | round == reference |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|:---:|",
     ]
     for c in cells:
         roof = c.roofline["ms"]
         lines.append(
-            f"| {c.bs} | {c.budget} | {c.roofline['tokens']} | {fmt(roof)} | {fmt(c.verify.get('total_ms', math.nan), 2)} | "
+            f"| {c.bs} | {c.budget} | {c.roofline['tokens']} | {fmt(roof)} | {fmt(c.verify.get('total_ms', math.nan), 2)} / {fmt(c.verify.get('total_graph_ms', math.nan), 2)} | "
             f"{fmt(c.ref_round_ms, 2)} | {fmt(100 * ratio(c.ref_round_ms, roof), 1)}% | {fmt(c.round_eager_ms)} | "
             f"{fmt(100 * ratio(c.round_eager_ms, roof), 1)}% | {fmt(c.round_graph_ms)} | {fmt(100 * ratio(c.round_graph_ms, roof), 1)}% | "
             f"{'none' if c.host_sync == 'none' else c.host_sync} | {'yes' if not c.round_problems else 'NO'} |"
@@ -961,6 +984,11 @@ def render_report(cells: list[CellResult], device: torch.device, args, mod_path:
     out += ["## Goals", "", *goal_lines(cells, device), *proto_goal_lines(cells), ""]
     if any(c.proto for c in cells):
         out[out.index("## Goals"):out.index("## Goals")] = ["## Triton prototype (benchmarks/ddtree_triton_proto.py, --triton-proto)", "", *proto_table(cells), ""]
+    sweeps = [c for c in cells if c.proto.get("heap_warps_graph_ms")]
+    if sweeps:
+        out += ["## Prototype heap kernel: graph time (ms) by warps per request", ""]
+        out += [f"- bs={c.bs} B={c.budget}: " + ", ".join(f"{w} warps {fmt(ms)}" for w, ms in c.proto["heap_warps_graph_ms"].items()) for c in sweeps]
+        out.append("")
     if profiles:
         out += ["## Kernel launches (one call, torch profiler)", ""]
         for label, prof in profiles.items():

@@ -210,6 +210,90 @@ def lse_kernel(x_ptr, out_ptr, V: tl.constexpr, BLOCK_V: tl.constexpr):
     tl.store(out_ptr + row, top + tl.log(total))
 
 
+@triton.jit
+def _ordered_bf16(x):
+    """bf16 values -> int32 keys in [0, 65535] with the same order; -0.0 and +0.0 share a key."""
+    bits = tl.cast(x.to(tl.int16, bitcast=True), tl.int32) & 0xFFFF
+    bits = tl.where(bits == 0x8000, 0, bits)
+    return tl.where((bits & 0x8000) != 0, 0xFFFF - bits, bits | 0x8000)
+
+
+@triton.jit
+def chunk_topk_kernel(x_ptr, cand_ptr, max_ptr, sum_ptr, V, K, S,
+                      CH: tl.constexpr, KP: tl.constexpr):
+    """Per (row, chunk): the chunk's exact top-K keys (unsorted) and its (max, sum exp(x - max))."""
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    offs = tl.arange(0, CH)
+    gid = chunk * CH + offs
+    valid = gid < V
+    x = tl.load(x_ptr + tl.cast(row, tl.int64) * V + gid, mask=valid, other=float("-inf"))
+    xf = tl.cast(x, tl.float32)
+    top = tl.max(xf, 0)
+    total = tl.sum(tl.where(valid, tl.exp(xf - top), 0.0), 0)
+    tl.store(max_ptr + row * S + chunk, top)
+    tl.store(sum_ptr + row * S + chunk, total)
+
+    u = tl.where(valid, _ordered_bf16(x), -1)
+    n_valid = tl.sum(tl.cast(valid, tl.int32), 0)
+    want = tl.minimum(K, n_valid)
+    # Largest t with count(u >= t) >= want: binary search over the 16-bit keys.
+    lo = tl.cast(0, tl.int32)
+    hi = tl.cast(65535, tl.int32)
+    for _ in range(16):
+        mid = (lo + hi + 1) // 2
+        enough = tl.sum(tl.cast(u >= mid, tl.int32), 0) >= want
+        lo = tl.where(enough, mid, lo)
+        hi = tl.where(enough, hi, mid - 1)
+    above = u > lo
+    need = want - tl.sum(tl.cast(above, tl.int32), 0)
+    tie = u == lo
+    tie_rank = tl.cumsum(tl.cast(tie, tl.int32), 0) - 1  # ids ascending: the smallest ids first
+    chosen = above | (tie & (tie_rank < need))
+    slot = tl.cumsum(tl.cast(chosen, tl.int32), 0) - 1
+    key = (tl.cast(u, tl.int64) << 32) | (0xFFFFFFFF - tl.cast(gid, tl.int64))
+    base = cand_ptr + (tl.cast(row, tl.int64) * S + chunk) * KP
+    kslot = tl.arange(0, KP)
+    tl.store(base + kslot, tl.full([KP], -1, tl.int64), mask=kslot >= want)
+    tl.store(base + slot, key, mask=chosen)
+
+
+@triton.jit
+def merge_topk_kernel(x_ptr, cand_ptr, max_ptr, sum_ptr, lp_ptr, ids_ptr, V, K, S,
+                      M: tl.constexpr, KP: tl.constexpr, SP: tl.constexpr):
+    """Per row: the exact top-K of the chunks' candidates, sorted by (value desc, id asc), as log-probs."""
+    row = tl.program_id(0)
+    offs = tl.arange(0, M)
+    keys = tl.load(cand_ptr + tl.cast(row, tl.int64) * S * KP + offs, mask=offs < S * KP, other=-1)
+    # Keys are unique: the K-th largest by binary search over their 48-bit range.
+    lo = tl.cast(0, tl.int64)
+    hi = tl.cast((1 << 48) - 1, tl.int64)
+    for _ in range(48):
+        mid = (lo + hi + 1) // 2
+        enough = tl.sum(tl.cast(keys >= mid, tl.int32), 0) >= K
+        lo = tl.where(enough, mid, lo)
+        hi = tl.where(enough, hi, mid - 1)
+    chosen = keys >= lo
+    slot = tl.cumsum(tl.cast(chosen, tl.int32), 0) - 1
+    scratch = cand_ptr + tl.cast(row, tl.int64) * S * KP  # reuse the row's candidate area
+    tl.debug_barrier()
+    tl.store(scratch + slot, keys, mask=chosen)
+    tl.debug_barrier()
+    kslot = tl.arange(0, KP)
+    best = tl.load(scratch + kslot, mask=kslot < K, other=-1)
+    best = tl.sort(best, 0, descending=True)
+    ids = 0xFFFFFFFF - (best & 0xFFFFFFFF)
+    ok = kslot < K
+    value = tl.cast(tl.load(x_ptr + tl.cast(row, tl.int64) * V + ids, mask=ok, other=0.0), tl.float32)
+    c = tl.arange(0, SP)
+    cm = tl.load(max_ptr + row * S + c, mask=c < S, other=float("-inf"))
+    cs = tl.load(sum_ptr + row * S + c, mask=c < S, other=0.0)
+    top = tl.max(cm, 0)
+    log_z = top + tl.log(tl.sum(cs * tl.exp(cm - top), 0))
+    tl.store(lp_ptr + row * K + kslot, value - log_z, mask=ok)
+    tl.store(ids_ptr + row * K + kslot, ids, mask=ok)
+
+
 def _pow2(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
@@ -227,7 +311,12 @@ class Tree:
     max_depth = property(lambda self: self.depth_limit)
 
 
-def build_tree(top_log_probs: torch.Tensor, top_token_ids: torch.Tensor, budget: int) -> Tree:
+def heap_warps(block: int) -> int:
+    """Warps for the heap kernel: as few as fit, since every pop is a chain of block-wide reductions."""
+    return 1 if block <= 256 else 2 if block <= 512 else 4
+
+
+def build_tree(top_log_probs: torch.Tensor, top_token_ids: torch.Tensor, budget: int, num_warps: int | None = None) -> Tree:
     """The reference heap's tree for every request, in one launch."""
     bs, depth, k = top_log_probs.shape
     assert 0 < budget <= MAX_BUDGET and depth <= MAX_DEPTH and k >= 1, "prototype limits: 0 < B <= 1021, L <= 18"
@@ -241,7 +330,7 @@ def build_tree(top_log_probs: torch.Tensor, top_token_ids: torch.Tensor, budget:
     vis = torch.empty(bs, n, n, dtype=torch.int8, device=device)
     block = _pow2(n)
     heap_tree_kernel[(bs,)](lp, ids, tokens, depths, parents, num_nodes, vis, k, depth * k,
-                            BUDGET=budget, L=depth, BLOCK=block, VIS_ROWS=max(1, 4096 // block), num_warps=4 if block <= 256 else 8)
+                            BUDGET=budget, L=depth, BLOCK=block, VIS_ROWS=max(1, 4096 // block), num_warps=num_warps or heap_warps(block))
     return Tree(tokens, depths, parents, num_nodes, vis.view(torch.bool), depth)
 
 
@@ -292,7 +381,35 @@ def exact_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     return values.gather(-1, order), chosen.gather(-1, order)
 
 
-def topk_log_probs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The prototype's per-depth top-K log-probs [bs, L, k] (fp32) and token ids."""
+def topk_log_probs_torch(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-depth top-K log-probs with torch.topk selects (the first prototype; slower than the fused kernels)."""
     values, ids = exact_topk(logits, min(k, logits.shape[-1]))
     return values - log_normaliser(logits).unsqueeze(-1), ids
+
+
+TOPK_CHUNK = 8192
+
+
+def topk_log_probs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prototype's per-depth top-K log-probs [bs, L, k] (fp32, exact (value desc, id asc)) and token ids.
+
+    Two launches: per vocabulary chunk, an exact chunk top-K (binary search on 16-bit keys, ties by
+    id) and the chunk's (max, sum exp); per row, the exact top-K of the candidates (unique 48-bit
+    keys), sorted, with the fp32 log-normaliser merged from the chunks. bf16 logits only.
+    """
+    assert logits.dtype == torch.bfloat16, "the fused top-K takes bf16 logits"
+    vocab = logits.shape[-1]
+    k = min(k, vocab)
+    rows = logits.reshape(-1, vocab).contiguous()
+    n_rows, chunks, kp = rows.shape[0], triton.cdiv(vocab, TOPK_CHUNK), _pow2(k)
+    assert k <= TOPK_CHUNK
+    device = logits.device
+    cand = torch.empty(n_rows, chunks, kp, dtype=torch.int64, device=device)
+    chunk_max = torch.empty(n_rows, chunks, dtype=torch.float32, device=device)
+    chunk_sum = torch.empty_like(chunk_max)
+    chunk_topk_kernel[(n_rows, chunks)](rows, cand, chunk_max, chunk_sum, vocab, k, chunks, CH=TOPK_CHUNK, KP=kp, num_warps=8)
+    lp = torch.empty(n_rows, k, dtype=torch.float32, device=device)
+    ids = torch.empty(n_rows, k, dtype=torch.int64, device=device)
+    merge_topk_kernel[(n_rows,)](rows, cand, chunk_max, chunk_sum, lp, ids, vocab, k, chunks,
+                                 M=_pow2(chunks * kp), KP=kp, SP=_pow2(chunks), num_warps=8)
+    return lp.view(*logits.shape[:-1], k), ids.view(*logits.shape[:-1], k)

@@ -731,6 +731,7 @@ def measure_proto(mod: ModuleType, cell: CellResult, inputs: RoundInputs, trees,
     """Time and check the triton prototype: builder against the reference heap, round against host-built tensors."""
     proto = load_triton_proto()
     result: dict = {}
+    module_ids = inputs.top_token_ids  # the module's exact top-K ids of these logits
     tree = proto.build_tree(inputs.top_log_probs, inputs.top_token_ids, inputs.budget)
     result["tree_problems"] = tree_mismatches(tree, trees, inputs.budget)
     module_tree = batched_build(mod, inputs)
@@ -742,7 +743,6 @@ def measure_proto(mod: ModuleType, cell: CellResult, inputs: RoundInputs, trees,
     proto_trees = reference_trees_from_topk(out["top_log_probs"], out["top_token_ids"], inputs.budget)
     targets = inputs.target_tokens.cpu().tolist()
     result["round_problems"] = tree_mismatches(_tree_view(out), proto_trees, inputs.budget) + round_mismatches(out, proto_trees, seq_lens_list, targets, inputs.budget)
-    module_ids = mod.ddtree_topk_from_logits(inputs.logits, min(inputs.budget, inputs.logits.shape[-1]))[1]
     result["topk_ids_equal_module"] = bool(torch.equal(out["top_token_ids"], module_ids))
     result["topk_lp_max_diff_vs_module"] = float((out["top_log_probs"] - inputs.top_log_probs).abs().max())
     result["round_eager_ms"] = time_device(lambda: proto_round(proto, inputs, max_seq), device, 3, repeats_for(0.3, args.time_budget_ms / 2, 10, 100)).median_ms
@@ -755,8 +755,10 @@ def measure_proto(mod: ModuleType, cell: CellResult, inputs: RoundInputs, trees,
     if device.type != "cuda":
         result.update(build_graph_ms=math.nan, round_graph_ms=math.nan, host_sync="n/a (cpu)", capture_error="n/a (cpu)")
         return result
-    if (cell.bs, cell.budget) in PROTO_SWEEP_CELLS:
+    if (cell.bs, cell.budget) in PROTO_SWEEP_CELLS and device.type == "cuda":
         result["heap_warps_graph_ms"] = heap_warps_sweep(proto, inputs, device, args)
+    if (cell.bs, cell.budget) in TOPK_SWEEP_CELLS and device.type == "cuda":
+        result["topk_config_graph_ms"] = topk_config_sweep(proto, inputs, module_ids, device)
     captured_build = capture_graph(build)
     result["build_graph_ms"] = time_device(captured_build.graph.replay, device, 3, repeats_for(0.1, args.time_budget_ms / 2, 20, 200)).median_ms if captured_build.graph else math.nan
     result["host_sync"] = host_sync_check(lambda: proto_round(proto, inputs, max_seq), device)
@@ -772,6 +774,23 @@ def measure_proto(mod: ModuleType, cell: CellResult, inputs: RoundInputs, trees,
 
 
 PROTO_SWEEP_CELLS = {(1, 128), (64, 128), (64, 512)}
+TOPK_SWEEP_CELLS = {(1, 128), (64, 16), (64, 128), (64, 512)}
+TOPK_CONFIGS = ((8192, 8), (8192, 16), (4096, 4), (4096, 8), (2048, 4), (2048, 2))
+
+
+def topk_config_sweep(proto: ModuleType, inputs: RoundInputs, module_ids: torch.Tensor, device: torch.device) -> dict[str, str]:
+    """Graph time of the fused top-K per (vocabulary chunk, warps); 'ids!' marks a config that disagrees."""
+    k = min(inputs.budget, inputs.logits.shape[-1])
+    times = {}
+    for chunk, warps in TOPK_CONFIGS:
+        if chunk < k or -(-inputs.logits.shape[-1] // chunk) * (1 << (k - 1).bit_length()) > 16384:
+            continue  # the merge kernel holds every chunk's candidates of a row in registers
+        fn = lambda: proto.topk_log_probs(inputs.logits, k, chunk=chunk, num_warps=warps)
+        same = torch.equal(fn()[1], module_ids)
+        captured = capture_graph(fn)
+        ms = time_device(captured.graph.replay, device, 3, 20).median_ms if captured.graph else math.nan
+        times[f"{chunk}/{warps}w"] = f"{fmt(ms)}" + ("" if same else " ids!")
+    return times
 
 
 def heap_warps_sweep(proto: ModuleType, inputs: RoundInputs, device: torch.device, args) -> dict[int, float]:
@@ -834,8 +853,8 @@ def proto_goal_lines(cells: list[CellResult]) -> list[str]:
     missed = [c for c in measured if ratio(c.proto["round_graph_ms"], c.roofline["ms"]) >= GOAL_OVERHEAD_FRACTION]
     verdict = "not measured" if math.isnan(frac) else "MET" if not missed else f"MISSED in {len(missed)}/{len(measured)} cells ({frac / GOAL_OVERHEAD_FRACTION:.2f}x the goal at worst)"
     lines.append(f"- prototype round < 5% of the roofline (graph): worst {fmt(100 * frac, 2)}% at bs={worst.bs} B={worst.budget} -> {verdict}")
-    bad = [c for c in measured if c.proto["tree_problems"] or c.proto["round_problems"] or not c.proto["equals_module_tree"]]
-    lines.append("- prototype trees and round outputs identical (reference heap, module builder, host-built tensors): " + ("MET" if not bad else "MISSED: " + "; ".join(f"bs={c.bs} B={c.budget}: {(c.proto['tree_problems'] + c.proto['round_problems'])[:3]}" for c in bad)))
+    bad = [c for c in measured if c.proto["tree_problems"] or c.proto["round_problems"] or not c.proto["equals_module_tree"] or not c.proto["topk_ids_equal_module"]]
+    lines.append("- prototype trees, top-K ids and round outputs identical (reference heap, module builder and top-K, host-built tensors): " + ("MET" if not bad else "MISSED: " + "; ".join(f"bs={c.bs} B={c.budget}: {(c.proto['tree_problems'] + c.proto['round_problems'])[:3]}" for c in bad)))
     syncs = [c for c in measured if c.proto["host_sync"] not in ("none", "n/a (cpu)") or (c.proto["capture_error"] and not c.proto["capture_error"].startswith("n/a"))]
     lines.append("- prototype round free of host syncs and capturable: " + ("MET" if not syncs else "MISSED: " + "; ".join(f"bs={c.bs} B={c.budget}: {c.proto['host_sync']} / {c.proto['capture_error']}" for c in syncs[:3])))
     return lines
@@ -988,6 +1007,11 @@ def render_report(cells: list[CellResult], device: torch.device, args, mod_path:
     if sweeps:
         out += ["## Prototype heap kernel: graph time (ms) by warps per request", ""]
         out += [f"- bs={c.bs} B={c.budget}: " + ", ".join(f"{w} warps {fmt(ms)}" for w, ms in c.proto["heap_warps_graph_ms"].items()) for c in sweeps]
+        out.append("")
+    topk_sweeps = [c for c in cells if c.proto.get("topk_config_graph_ms")]
+    if topk_sweeps:
+        out += ["## Prototype fused top-K: graph time (ms) by vocabulary chunk / warps", ""]
+        out += [f"- bs={c.bs} B={c.budget}: " + ", ".join(f"{cfg} {ms}" for cfg, ms in c.proto["topk_config_graph_ms"].items()) for c in topk_sweeps]
         out.append("")
     if profiles:
         out += ["## Kernel launches (one call, torch profiler)", ""]

@@ -234,7 +234,7 @@ def chunk_topk_kernel(x_ptr, cand_ptr, max_ptr, sum_ptr, V, K, S,
     tl.store(max_ptr + row * S + chunk, top)
     tl.store(sum_ptr + row * S + chunk, total)
 
-    u = tl.where(valid, _ordered_bf16(x), -1)
+    u = tl.where(valid, _ordered_bf16(x), -1)  # xf is dead from here on
     n_valid = tl.sum(tl.cast(valid, tl.int32), 0)
     want = tl.minimum(K, n_valid)
     # Largest t with count(u >= t) >= want: binary search over the 16-bit keys.
@@ -390,7 +390,7 @@ def topk_log_probs_torch(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, to
 TOPK_CHUNK = 8192
 
 
-def topk_log_probs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def topk_log_probs(logits: torch.Tensor, k: int, chunk: int | None = None, num_warps: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     """The prototype's per-depth top-K log-probs [bs, L, k] (fp32, exact (value desc, id asc)) and token ids.
 
     Two launches: per vocabulary chunk, an exact chunk top-K (binary search on 16-bit keys, ties by
@@ -401,13 +401,14 @@ def topk_log_probs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
     vocab = logits.shape[-1]
     k = min(k, vocab)
     rows = logits.reshape(-1, vocab).contiguous()
-    n_rows, chunks, kp = rows.shape[0], triton.cdiv(vocab, TOPK_CHUNK), _pow2(k)
-    assert k <= TOPK_CHUNK
+    chunk = chunk or TOPK_CHUNK
+    n_rows, chunks, kp = rows.shape[0], triton.cdiv(vocab, chunk), _pow2(k)
+    assert k <= chunk
     device = logits.device
     cand = torch.empty(n_rows, chunks, kp, dtype=torch.int64, device=device)
     chunk_max = torch.empty(n_rows, chunks, dtype=torch.float32, device=device)
     chunk_sum = torch.empty_like(chunk_max)
-    chunk_topk_kernel[(n_rows, chunks)](rows, cand, chunk_max, chunk_sum, vocab, k, chunks, CH=TOPK_CHUNK, KP=kp, num_warps=8)
+    chunk_topk_kernel[(n_rows, chunks)](rows, cand, chunk_max, chunk_sum, vocab, k, chunks, CH=chunk, KP=kp, num_warps=num_warps)
     lp = torch.empty(n_rows, k, dtype=torch.float32, device=device)
     ids = torch.empty(n_rows, k, dtype=torch.int64, device=device)
     merge_topk_kernel[(n_rows,)](rows, cand, chunk_max, chunk_sum, lp, ids, vocab, k, chunks,

@@ -70,3 +70,60 @@ def human(result: CommandResult) -> None:
     for key, value in to_jsonable(result).items():
         table.add_row(str(key), json.dumps(value) if isinstance(value, (dict, list)) else str(value))
     stdout.print(table)
+
+
+# ---------------------------------------------------------------- verify (gates)
+
+from rich.markup import escape  # noqa: E402 - kept with the verify renderers it serves
+
+_STATUS_STYLE = {"pass": "green", "fail": "red", "crash": "bold magenta"}
+_SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
+
+
+def _verify_summary(result: Any) -> Table:
+    table = Table(title=f"patchkit verify: {len(result.touched)} touched file(s)")
+    for column in ("gate", "status", "errors", "warnings", "info", "seconds"):
+        table.add_column(column, justify="right" if column in ("errors", "warnings", "info", "seconds") else "left")
+    for run in result.gates:
+        style = _STATUS_STYLE[run.status.value]
+        counts = [str(sum(1 for f in run.findings if f.severity.value == s)) for s in ("error", "warning", "info")]
+        table.add_row(run.gate, f"[{style}]{run.status.value}[/]", *counts, f"{run.seconds:.2f}")
+    return table
+
+
+def _verify_findings(result: Any) -> Table:
+    table = Table(show_header=True, box=None, pad_edge=False)
+    for column in ("severity", "gate", "where", "message"):
+        table.add_column(column, overflow="fold")
+    for finding in result.findings():
+        where = f"{finding.file}:{finding.line}" if finding.line else finding.file
+        message = escape(finding.message) + (f"\n[dim]hint: {escape(finding.hint)}[/]" if finding.hint else "")
+        style = _SEVERITY_STYLE[finding.severity.value]
+        table.add_row(f"[{style}]{finding.severity.value}[/]", finding.gate, escape(where), message)
+    return table
+
+
+def verify_human(result: Any) -> None:
+    """Summary table, then every finding, then crash tracebacks and the closing verdict."""
+    stdout.print(_verify_summary(result))
+    if result.findings():
+        stdout.print(_verify_findings(result))
+    for run in result.gates:
+        if run.traceback:
+            stdout.print(f"[bold magenta]gate {run.gate} crashed:[/]")
+            stdout.print(run.traceback.rstrip(), markup=False)
+    if result.unavailable:
+        stdout.print(f"[yellow]not in this checkout (not run): {', '.join(result.unavailable)}[/]")
+    if result.junit:
+        stdout.print(f"JUnit report: {escape(result.junit)}")
+    verdict = {0: "[green]all gates passed[/]", 1: "[red]findings: verification failed[/]", 3: "[bold magenta]a gate crashed[/]"}
+    stdout.print(f"{verdict.get(result.exit_code, result.exit_code)} in {result.seconds:.2f} s")
+
+
+def _register_verify() -> None:
+    from patchkit.verify import VerifyResult
+
+    human.register(VerifyResult)(verify_human)
+
+
+_register_verify()

@@ -40,8 +40,14 @@ sys.path.insert(0, src_root)
 if stub_dir:
     sys.path.insert(1, stub_dir)
 results = {}
+
+def save():
+    with open(out_path, "w") as handle:
+        json.dump(results, handle)
+
 for name in sys.argv[4:]:
-    results[name] = {"ok": None}
+    results[name] = {"ok": None}  # "started": survives a hard crash inside this import
+    save()
     try:
         importlib.import_module(name)
         results[name] = {"ok": True}
@@ -52,8 +58,7 @@ for name in sys.argv[4:]:
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         results[name] = {"ok": False, "error": "%s: %s" % (type(error).__name__, error),
                          "frames": frames, "traceback": text[-4000:]}
-    with open(out_path, "w") as handle:
-        json.dump(results, handle)
+    save()
 """
 
 
@@ -179,6 +184,9 @@ EXAMPLES = (
     Example("an undeclared module that cannot import fails",
             {"python/pkg/__init__.py": "", "python/pkg/gpu_only.py": "import sgl_kernel_not_here\n"},
             passes=False, expect="No module named 'sgl_kernel_not_here'"),
+    Example("a module that kills the interpreter is reported, not lost",
+            {"python/pkg/__init__.py": "", "python/pkg/a_ok.py": "X = 1\n", "python/pkg/b_dies.py": "import os\nos._exit(3)\n"},
+            passes=False, expect="the import process died while importing it"),
     Example("a stale static_only declaration is a warning",
             {"python/pkg/__init__.py": ""}, passes=False, expect="does not touch",
             config={"static_only": {"pkg.gone": "was GPU only"}}),

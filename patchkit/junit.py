@@ -20,7 +20,7 @@ def _where(finding: Finding) -> str:
 
 def _finding_case(suite: ET.Element, finding: Finding) -> None:
     case = ET.SubElement(suite, "testcase", classname=f"patchkit.verify.{finding.gate}",
-                         name=f"{finding.severity.value} {_where(finding)}", file=finding.file,
+                         name=f"{finding.severity.value} {_where(finding)}: {finding.message[:120]}", file=finding.file,
                          line=str(finding.line or 0), time="0")
     text = finding.message + (f"\nhint: {finding.hint}" if finding.hint else "")
     if finding.severity == Severity.ERROR:

@@ -111,8 +111,6 @@ def create_env(env_dir: Path, spec: dict[str, Any]) -> None:
     if base is None:
         raise BadInput(f"[verify.env] wants Python {spec['python']}, which is not installed here",
                        hint=f"install python{spec['python']} or set PATCHKIT_PYTHON_{spec['python'].replace('.', '_')}")
-    if env_dir.exists():
-        shutil.rmtree(env_dir)
     start = time.monotonic()
     proc.run([base, "-m", "venv", env_dir], timeout=600)
     try:
@@ -133,6 +131,8 @@ def ensure_env(spec: dict[str, Any], env_root: Path) -> Path:
         return env_python(env_dir)
     with file_lock(env_root / f"{key}.lock"):
         if not (env_dir / MARKER).is_file():  # another process may have built it while we waited
+            if env_dir.exists():  # a half-built env from a crashed run
+                shutil.rmtree(env_dir)
             create_env(env_dir, spec)
     return env_python(env_dir)
 

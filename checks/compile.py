@@ -73,21 +73,27 @@ def missing_interpreter(version: str, count: int) -> Finding:
                    f"{version}) and put python{version} on PATH, or set PATCHKIT_PYTHON_{version.replace('.', '_')}")
 
 
-def outcomes_for(version: str, interpreter: str, files: dict[str, Path], cache: ResultCache) -> dict[str, list | None]:
-    """Per tree-relative file: None when it compiles, [line, message] when it does not (cached)."""
+def outcomes_for(version: str, files: dict[str, Path], cache: ResultCache) -> dict[str, list | None] | None:
+    """Per tree-relative file: None when it compiles, [line, message] when it does not.
+
+    Cached per (version, content hash); the interpreter is looked up only on a miss, so a warm run
+    starts no process. Returns None when files need compiling and no interpreter is installed.
+    """
     keys = {rel: key_of(NAME, version, sha256_bytes(path.read_bytes())) for rel, path in files.items()}
     outcomes = {rel: cache.get(key) for rel, key in keys.items()}
     todo = {rel: files[rel] for rel, value in outcomes.items() if value is None}
-    if todo and version == RUNNING:
-        fresh = {rel: compile_in_memory(path) for rel, path in todo.items()}
-    elif todo:
-        by_path = compile_with(interpreter, list(todo.values()))
-        fresh = {rel: by_path[str(path)] for rel, path in todo.items()}
-    else:
-        fresh = {}
-    for rel, value in fresh.items():
-        cache.put(keys[rel], {"error": value})
-        outcomes[rel] = {"error": value}
+    if todo:
+        interpreter = find_interpreter(version)
+        if interpreter is None:
+            return None
+        if version == RUNNING:
+            fresh = {rel: compile_in_memory(path) for rel, path in todo.items()}
+        else:
+            by_path = compile_with(interpreter, list(todo.values()))
+            fresh = {rel: by_path[str(path)] for rel, path in todo.items()}
+        for rel, value in fresh.items():
+            cache.put(keys[rel], {"error": value})
+            outcomes[rel] = {"error": value}
     return {rel: value["error"] for rel, value in outcomes.items()}
 
 
@@ -96,11 +102,11 @@ def run(ctx: VerifyContext) -> list[Finding]:
     cache = ResultCache(ctx.cache_dir, NAME)
     findings: list[Finding] = []
     for version in target_versions(ctx):
-        interpreter = find_interpreter(version)
-        if interpreter is None:
+        outcomes = outcomes_for(version, files, cache)
+        if outcomes is None:
             findings.append(missing_interpreter(version, len(files)))
             continue
-        for rel, error in sorted(outcomes_for(version, interpreter, files, cache).items()):
+        for rel, error in sorted(outcomes.items()):
             if error is not None:
                 findings.append(Finding(NAME, Severity.ERROR, rel, error[0], f"does not compile on Python {version}: {error[1]}"))
     return findings

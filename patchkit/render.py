@@ -91,23 +91,19 @@ def _verify_summary(result: Any) -> Table:
     return table
 
 
-def _verify_findings(result: Any) -> Table:
-    table = Table(show_header=True, box=None, pad_edge=False)
-    for column in ("severity", "gate", "where", "message"):
-        table.add_column(column, overflow="fold")
-    for finding in result.findings():
-        where = f"{finding.file}:{finding.line}" if finding.line else finding.file
-        message = escape(finding.message) + (f"\n[dim]hint: {escape(finding.hint)}[/]" if finding.hint else "")
-        style = _SEVERITY_STYLE[finding.severity.value]
-        table.add_row(f"[{style}]{finding.severity.value}[/]", finding.gate, escape(where), message)
-    return table
+def _verify_finding_line(finding: Any) -> str:
+    """``severity gate file:line: message`` (one line per finding: grep- and editor-friendly)."""
+    where = f"{finding.file}:{finding.line}" if finding.line else finding.file
+    style = _SEVERITY_STYLE[finding.severity.value]
+    text = f"[{style}]{finding.severity.value:<7}[/] {finding.gate:<8} {escape(where)}: {escape(finding.message)}"
+    return text + (f"\n         [dim]hint: {escape(finding.hint)}[/]" if finding.hint else "")
 
 
 def verify_human(result: Any) -> None:
     """Summary table, then every finding, then crash tracebacks and the closing verdict."""
     stdout.print(_verify_summary(result))
-    if result.findings():
-        stdout.print(_verify_findings(result))
+    for finding in result.findings():
+        stdout.print(_verify_finding_line(finding))
     for run in result.gates:
         if run.traceback:
             stdout.print(f"[bold magenta]gate {run.gate} crashed:[/]")

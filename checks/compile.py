@@ -10,11 +10,13 @@ a silent skip. Results are cached per (file content hash, version).
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
 
 from patchkit import proc
+from patchkit.errors import BadInput, location
 from patchkit.envs import find_interpreter
 from patchkit.gates import Example, Finding, Severity, VerifyContext
 from patchkit.resultcache import ResultCache, key_of, sha256_bytes
@@ -45,6 +47,9 @@ with open(sys.argv[1], "w") as handle:
 
 def target_versions(ctx: VerifyContext) -> list[str]:
     versions = ctx.gate_config(NAME).get("python") or ctx.manifest.get("set", {}).get("python") or [RUNNING]
+    if not isinstance(versions, list) or not all(re.fullmatch(r"3\.\d+", str(v)) for v in versions):
+        raise BadInput(f"Python versions must be a list like [\"3.10\", \"3.11\"], not {versions!r}",
+                       hint="fix [set] python (or [verify.compile] python)", location=location("manifest.toml"))
     return [str(v) for v in versions]
 
 
@@ -118,6 +123,8 @@ EXAMPLES = (
                                                  "python/pkg/new.py": "X = 1\n"}, passes=True),
     Example("syntax error", {"python/pkg/bad.py": "def f(x):\n    if x\n        return 1\n"}, passes=False,
             expect="does not compile on Python"),
+    Example("malformed version list is refused", {"python/pkg/ok.py": "X = 1\n"}, passes=False,
+            expect="Python versions must be a list", config={"python": "3.11"}),
     Example("missing interpreter is a warning, not a skip", {"python/pkg/ok.py": "X = 1\n"}, passes=False,
             expect="Python 3.99 is not installed", config={"python": ["3.99"]}),
 )

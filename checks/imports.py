@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit import proc
+from patchkit.errors import BadInput, location
 from patchkit.envs import stubs, verify_interpreter
 from patchkit.gates import Example, Finding, Severity, VerifyContext
 from patchkit.resultcache import ResultCache, hash_files, key_of, sha256_file, tree_identity
@@ -144,7 +145,10 @@ def findings_from(harness: dict[str, Any], modules: dict[str, str], ctx: VerifyC
 def run(ctx: VerifyContext) -> list[Finding]:
     config = ctx.gate_config(NAME)
     source_root = str(config.get("source_root", SOURCE_ROOT))
-    declared: dict[str, str] = dict(config.get("static_only", {}))
+    declared = config.get("static_only", {})
+    if not isinstance(declared, dict) or not all(isinstance(r, str) and r.strip() for r in declared.values()):
+        raise BadInput("[verify.imports] static_only must map module names to non-empty reasons",
+                       hint='static_only = { "pkg.mod" = "needs sgl_kernel" }', location=location("manifest.toml"))
     modules = touched_modules(ctx, source_root)
     rows = static_only_rows(declared, modules)
     to_import = {m: rel for m, rel in modules.items() if m not in declared}
@@ -187,6 +191,8 @@ EXAMPLES = (
     Example("a module that kills the interpreter is reported, not lost",
             {"python/pkg/__init__.py": "", "python/pkg/a_ok.py": "X = 1\n", "python/pkg/b_dies.py": "import os\nos._exit(3)\n"},
             passes=False, expect="the import process died while importing it"),
+    Example("a static_only entry without a reason is refused", {"python/pkg/__init__.py": ""}, passes=False,
+            expect="non-empty reasons", config={"static_only": {"pkg": ""}}),
     Example("a stale static_only declaration is a warning",
             {"python/pkg/__init__.py": ""}, passes=False, expect="does not touch",
             config={"static_only": {"pkg.gone": "was GPU only"}}),

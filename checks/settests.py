@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit import proc
+from patchkit.errors import BadInput, location
 from patchkit.envs import Interpreter, stubs, verify_interpreter
 from patchkit.gates import Example, Finding, Severity, VerifyContext
 from patchkit.resultcache import ResultCache, hash_files, key_of, sha256_file, tree_identity
@@ -68,6 +69,9 @@ with open(out_path, "w") as handle:
 
 
 def choose_interpreter(ctx: VerifyContext, config: dict[str, Any]) -> Interpreter:
+    if config.get("interpreter", "env") not in ("env", "current"):
+        raise BadInput(f"[verify.tests] interpreter = {config['interpreter']!r}", hint='use "env" or "current"',
+                       location=location("manifest.toml"))
     if config.get("interpreter") == "current" and not os.environ.get("PATCHKIT_VERIFY_PYTHON"):
         return Interpreter(sys.executable, "ran with the running interpreter ([verify.tests] interpreter = current)", sys.executable)
     return verify_interpreter(ctx)

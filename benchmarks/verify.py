@@ -156,7 +156,7 @@ def seeded_catches(set_dir: Path, base: Path, python: str) -> list[dict]:
                     "mypy": (run_mypy(clean_ctx, Path(tmp) / "mypy-clean") or (0, set()))[1]}
         for n, defect in enumerate(d for d in seeded.DEFECTS if d.ready):
             copy, _, _ = seeded_set(defect, Path(tmp) / f"set{n}")
-            seeded.lock(copy, home)
+            seeded.lock(copy, home, base)
             tree = fresh_tree(base, Path(tmp) / f"tree{n}")
             seeded.apply(copy, tree, home)
             _, doc = seeded.verify(copy, tree, home)

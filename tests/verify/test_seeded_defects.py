@@ -83,8 +83,8 @@ def fetch_base(set_dir: Path, dest: Path, home: Path) -> None:
     patchkit("base", "fetch", "--set", set_dir, "--dest", dest, home=home)
 
 
-def lock(set_dir: Path, home: Path) -> None:
-    patchkit("lock", "--set", set_dir, home=home)
+def lock(set_dir: Path, home: Path, base: Path) -> None:
+    patchkit("lock", "--set", set_dir, "--base", base, home=home)
 
 
 def apply(set_dir: Path, target: Path, home: Path) -> None:
@@ -161,7 +161,7 @@ def test_seeded_defect_is_caught_by_its_gate(defect, pristine_base, seeded_home,
     if not defect.ready:
         pytest.skip(f"seeded edit for {defect.name!r} is not filled in yet (DEFECTS table)")
     set_dir, tree_file, new_line = seeded_set(defect, tmp_path / "set")
-    lock(set_dir, seeded_home)
+    lock(set_dir, seeded_home, pristine_base)
     tree = fresh_tree(pristine_base, tmp_path / "tree")
     apply(set_dir, tree, seeded_home)
     code, doc = verify(set_dir, tree, seeded_home, (defect.gate,))

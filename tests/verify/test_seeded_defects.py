@@ -52,19 +52,24 @@ class Defect:
         return None not in (self.patch, self.old, self.new)
 
 
-# Fill patch/old/new once the v1 patches exist (the lead owns the exact edits).
+# One row per defect class of issue 4; rows without patch/old/new are skipped with a reason.
 DEFECTS = (
-    Defect("syntax error", "compile"),
+    Defect("syntax error", "compile", "0002-*.patch", "    DDTREE_VERIFY = auto()", "    DDTREE_VERIFY = auto("),
     Defect("phantom import", "xref"),
     Defect("wrong keyword", "xref"),
-    Defect("missing enum member", "xref"),
+    Defect("missing enum member", "xref", "0002-*.patch", "SpecInputType.DDTREE_VERIFY,", "SpecInputType.DDTREE_VERIFYX,"),
     Defect("unassigned self attribute", "xref"),
     Defect("never-instantiated class", "xref"),
     Defect("dispatch site loses its DDTREE branch", "dispatch"),
     Defect("backend choice ignores the tree mask", "backend"),
-    Defect("algorithm bug only the set's tests see", "tests", where="tests/*.py"),
-    Defect("runtime import error", "imports"),
+    Defect("algorithm bug only the set's tests see", "tests", "0001-*.patch",
+           "return torch.cumsum(x, dim=-1) - x", "return torch.cumsum(x, dim=-1)", where="tests/*.py"),
+    Defect("runtime import error", "imports", "0001-*.patch", "DDTREE_GREEDY_TEMPERATURE = 1e-5",
+           "DDTREE_GREEDY_TEMPERATURE = 1e-5 / 0"),
 )
+
+#: An existing folder of verify environments to reuse (creating the pinned CPU env takes minutes).
+SHARED_ENVS = os.environ.get("PATCHKIT_SEEDED_ENV_DIR")
 
 
 # ---------------------------------------------------------------- the CLI steps (adjust here if the core's CLI differs)
@@ -103,7 +108,10 @@ def verify(set_dir: Path, target: Path, home: Path, gates: tuple[str, ...] = ())
 @pytest.fixture(scope="session")
 def seeded_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One PATCHKIT_HOME for the suite: the verify environment and the base are built once."""
-    return tmp_path_factory.mktemp("seeded-home")
+    home = tmp_path_factory.mktemp("seeded-home")
+    if SHARED_ENVS:
+        (home / "envs").symlink_to(Path(SHARED_ENVS).resolve())
+    return home
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,8 @@ def time_gates(ctx: VerifyContext, runs: int) -> list[dict]:
 def time_cli(set_dir: Path, target: Path, runs: int) -> dict:
     """Wall time of the whole ``python -m patchkit verify`` (interpreter start included), cold then warm."""
     with tempfile.TemporaryDirectory(prefix="bench-verify-home-") as home:
-        env = {**os.environ, "PATCHKIT_HOME": home, "PYTHONPATH": str(REPO)}
+        pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PATCHKIT_HOME": home, "PYTHONPATH": pythonpath}
         real_envs = Path(os.environ.get("PATCHKIT_HOME", ".patchkit")).resolve() / "envs"
         if real_envs.is_dir():  # reuse the built environment: its creation is excluded
             os.symlink(real_envs, Path(home) / "envs")

@@ -76,7 +76,8 @@ SHARED_ENVS = os.environ.get("PATCHKIT_SEEDED_ENV_DIR")
 
 
 def patchkit(*args: object, home: Path, check_codes: tuple[int, ...] | None = (0,)) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATCHKIT_HOME": str(home), "PYTHONPATH": str(REPO)}
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PATCHKIT_HOME": str(home), "PYTHONPATH": pythonpath}
     done = subprocess.run([sys.executable, "-m", "patchkit", *map(str, args)], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=1800)
     if check_codes is not None:

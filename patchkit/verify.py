@@ -179,7 +179,8 @@ def touched_files(root: Path) -> tuple[str, ...]:
         raise BadInput(f"{root} is not a git tree with a base commit ({error.__class__.__name__})",
                        hint="pass --target with a tree made by patchkit apply") from None
     changed = repo.git.diff("--name-only", "--no-renames", "--diff-filter=d", "-z", roots[-1]).split("\0")
-    return tuple(sorted({p for p in changed if p} | set(repo.untracked_files)))
+    untracked = [p for p in repo.untracked_files if "__pycache__/" not in p and not p.endswith(".pyc")]
+    return tuple(sorted({p for p in changed if p} | set(untracked)))
 
 
 def build_context(set_dir: Path | None, target: Path | None) -> VerifyContext:

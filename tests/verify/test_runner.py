@@ -88,7 +88,8 @@ def test_touched_files_cover_commits_edits_and_new_files_but_not_deletions(tmp_p
     repo = git.Repo(root)
     (root / "python/gone.py").unlink()
     commit_all(repo, "delete")
-    write_files(root, {"python/keep.py": "A = 2\n", "python/untracked.py": "D = 1\n"})
+    write_files(root, {"python/keep.py": "A = 2\n", "python/untracked.py": "D = 1\n",
+                       "python/__pycache__/keep.cpython-311.pyc": "bytecode someone else wrote"})
     assert touched_files(root) == ("python/added.py", "python/keep.py", "python/untracked.py")
 
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomli_w
-from verify_helpers import make_tree, split_example_files, write_files
+
+# The helpers module sits beside this file; the package layout does not put this folder on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verify_helpers import make_tree, split_example_files, write_files  # noqa: E402
 
 from patchkit.gates import VerifyContext
 from patchkit.verify import build_context

@@ -128,6 +128,21 @@ def lock_cmd(set_dir: Path | None, base_dir: Path | None, as_json: bool) -> None
 # ---------------------------------------------------------------- verification gates
 
 
+@cli.command()
+@set_option
+@target_option
+@click.option("--gate", "gates", multiple=True, metavar="NAME",
+              help="Run only this gate (repeatable). Default: every gate, in registry order.")
+@json_option
+@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write a JUnit XML report (one testsuite per gate) to FILE.")
+def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], as_json: bool, junit: Path | None) -> None:
+    """Run the verification gates on a patched tree. Exit 0 clean, 1 findings, 3 a gate crashed."""
+    from patchkit.verify import verify as verify_tree
+
+    run_command("verify", as_json, lambda: verify_tree(set_dir, target, gates, junit))
+
+
 # ---------------------------------------------------------------- GPU smoke test
 
 

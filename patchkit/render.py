@@ -292,3 +292,53 @@ def _lock(result: LockResult) -> None:
     what = "updated" if result.changed else "already up to date"
     _say(f"lock {what}: {result.set}, base tree {result.base_tree}, {len(result.patches)} patches, "
          f"{result.post_image_files} post-image files")
+# ---------------------------------------------------------------- verify (gates)
+
+
+_STATUS_STYLE = {"pass": "green", "fail": "red", "crash": "bold magenta"}
+_SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
+
+
+def _verify_summary(result: Any) -> Table:
+    table = Table(title=f"patchkit verify: {len(result.touched)} touched file(s)")
+    for column in ("gate", "status", "errors", "warnings", "info", "seconds"):
+        table.add_column(column, justify="right" if column in ("errors", "warnings", "info", "seconds") else "left")
+    for run in result.gates:
+        style = _STATUS_STYLE[run.status.value]
+        counts = [str(sum(1 for f in run.findings if f.severity.value == s)) for s in ("error", "warning", "info")]
+        table.add_row(run.gate, f"[{style}]{run.status.value}[/]", *counts, f"{run.seconds:.2f}")
+    return table
+
+
+def _verify_finding_line(finding: Any) -> str:
+    """``severity gate file:line: message`` (one line per finding: grep- and editor-friendly)."""
+    where = f"{finding.file}:{finding.line}" if finding.line else finding.file
+    style = _SEVERITY_STYLE[finding.severity.value]
+    text = f"[{style}]{finding.severity.value:<7}[/] {finding.gate:<8} {escape(where)}: {escape(finding.message)}"
+    return text + (f"\n         [dim]hint: {escape(finding.hint)}[/]" if finding.hint else "")
+
+
+def verify_human(result: Any) -> None:
+    """Summary table, then every finding, then crash tracebacks and the closing verdict."""
+    stdout.print(_verify_summary(result))
+    for finding in result.findings():
+        stdout.print(_verify_finding_line(finding))
+    for run in result.gates:
+        if run.traceback:
+            stdout.print(f"[bold magenta]gate {run.gate} crashed:[/]")
+            stdout.print(run.traceback.rstrip(), markup=False)
+    if result.unavailable:
+        stdout.print(f"[yellow]not in this checkout (not run): {', '.join(result.unavailable)}[/]")
+    if result.junit:
+        stdout.print(f"JUnit report: {escape(result.junit)}")
+    verdict = {0: "[green]all gates passed[/]", 1: "[red]findings: verification failed[/]", 3: "[bold magenta]a gate crashed[/]"}
+    stdout.print(f"{verdict.get(result.exit_code, result.exit_code)} in {result.seconds:.2f} s")
+
+
+def _register_verify() -> None:
+    from patchkit.verify import VerifyResult
+
+    human.register(VerifyResult)(verify_human)
+
+
+_register_verify()

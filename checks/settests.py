@@ -1,0 +1,198 @@
+"""Gate ``tests``: run the patch set's own tests (``<set>/tests``) against the patched tree, on CPU.
+
+pytest runs in a subprocess with ``PATCHKIT_TARGET=<tree root>`` (the set's tests find the tree
+through it), in the ``[verify.env]`` environment when the manifest declares one (it must pin pytest)
+or else the running interpreter. ``[verify.tests]`` may set ``interpreter = "current"`` to force the
+running interpreter, ``args`` (extra pytest arguments) and ``timeout`` (seconds). Each failing test
+is a finding at the test's own failing line; where the error was raised inside the tree is named in
+the message. No bytecode or pytest cache is written into the set or the tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from patchkit import proc
+from patchkit.errors import BadInput, location
+from patchkit.envs import Interpreter, stubs, verify_interpreter
+from patchkit.gates import Example, Finding, Severity, VerifyContext
+from patchkit.resultcache import ResultCache, hash_files, key_of, sha256_file, tree_identity
+
+NAME = "tests"
+DESCRIPTION = "the patch set's own tests pass against the patched tree (pytest, CPU)"
+
+DEFAULT_TIMEOUT_S = 900
+
+# Runs in the chosen interpreter: pytest with a collector plugin that writes every failure as JSON.
+_RUNNER = r"""
+import json, sys
+sys.dont_write_bytecode = True
+import pytest
+
+out_path = sys.argv[1]
+failures, counts = [], {"passed": 0, "failed": 0, "skipped": 0}
+
+def describe(report, when):
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    entries = getattr(getattr(longrepr, "reprtraceback", None), "reprentries", [])
+    locs = [getattr(e, "reprfileloc", None) for e in entries]
+    return {"nodeid": report.nodeid, "when": when, "location": list(getattr(report, "location", None) or []),
+            "crash": [crash.path, crash.lineno, crash.message] if crash else None,
+            "entries": [[l.path, l.lineno] for l in locs if l is not None],
+            "text": str(longrepr)[-3000:]}
+
+class Collector:
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            counts["failed"] += 1
+            failures.append(describe(report, report.when))
+        elif report.skipped and report.when in ("setup", "call"):
+            counts["skipped"] += 1
+        elif report.passed and report.when == "call":
+            counts["passed"] += 1
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            failures.append(describe(report, "collect"))
+
+code = pytest.main(sys.argv[2:], plugins=[Collector()])
+with open(out_path, "w") as handle:
+    json.dump({"returncode": int(code), "failures": failures, "counts": counts}, handle)
+"""
+
+
+def choose_interpreter(ctx: VerifyContext, config: dict[str, Any]) -> Interpreter:
+    if config.get("interpreter", "env") not in ("env", "current"):
+        raise BadInput(f"[verify.tests] interpreter = {config['interpreter']!r}", hint='use "env" or "current"',
+                       location=location("manifest.toml"))
+    if config.get("interpreter") == "current" and not os.environ.get("PATCHKIT_VERIFY_PYTHON"):
+        return Interpreter(sys.executable, "ran with the running interpreter ([verify.tests] interpreter = current)", sys.executable)
+    return verify_interpreter(ctx)
+
+
+def display_path(path: Path) -> str:
+    """Relative to the working directory when inside it (a repo's set), else absolute (a temp copy)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def run_pytest(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path | None, config: dict[str, Any]) -> dict[str, Any]:
+    env = {"PATCHKIT_TARGET": str(ctx.root), "PYTHONDONTWRITEBYTECODE": "1"}
+    if stub_dir:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub_dir), os.environ.get("PYTHONPATH")]))
+    timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
+    with tempfile.TemporaryDirectory(prefix="patchkit-tests-") as tmp:
+        out = Path(tmp) / "results.json"
+        args = [python, "-c", _RUNNER, out, str(tests_dir), "-q", "--tb=short", "-p", "no:cacheprovider",
+                f"--rootdir={ctx.set_dir}", *config.get("args", [])]
+        try:
+            done = proc.run(args, check=False, env=env, cwd=ctx.set_dir, timeout=timeout)
+            tail = (done.stdout + done.stderr)[-3000:]
+        except subprocess.TimeoutExpired:
+            return {"returncode": None, "failures": [], "counts": {}, "tail": f"timed out after {timeout:.0f} s"}
+        if not out.exists():
+            return {"returncode": done.returncode, "failures": [], "counts": {}, "tail": tail}
+        return {**json.loads(out.read_text()), "tail": tail}
+
+
+def resolve(path: str, base: Path) -> Path:
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else (base / candidate)
+
+
+def test_line(failure: dict[str, Any], tests_dir: Path, set_dir: Path) -> tuple[str, int | None]:
+    """The failing line inside the set's tests: the last traceback entry there, else the test's own line."""
+    tests = str(tests_dir.resolve()) + "/"
+    frames = [(resolve(p, set_dir).resolve(), line) for p, line in failure["entries"]]
+    inside = [(p, line) for p, line in frames if str(p).startswith(tests)]
+    if inside:
+        return display_path(inside[-1][0]), inside[-1][1]
+    if failure["location"]:
+        path, line0 = failure["location"][0], failure["location"][1]
+        return display_path(resolve(path, set_dir)), (line0 + 1 if line0 is not None else None)
+    return display_path(tests_dir), None
+
+
+def raised_in_tree(failure: dict[str, Any], root: Path) -> str:
+    crash = failure.get("crash")
+    prefix = str(root.resolve()) + "/"
+    if crash and str(crash[0]).startswith(prefix):
+        return f" (raised at {str(crash[0])[len(prefix):]}:{crash[1]})"
+    return ""
+
+
+def failure_finding(failure: dict[str, Any], tests_dir: Path, ctx: VerifyContext) -> Finding:
+    file, line = test_line(failure, tests_dir, ctx.set_dir)
+    crash = failure.get("crash")
+    what = crash[2].splitlines()[0] if crash and crash[2] else failure["text"].strip().splitlines()[-1:][0] if failure["text"].strip() else ""
+    verb = "could not be collected" if failure["when"] == "collect" else f"failed ({failure['when']})"
+    return Finding(NAME, Severity.ERROR, file, line, f"{failure['nodeid']} {verb}: {what}{raised_in_tree(failure, ctx.root)}")
+
+
+def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext) -> list[Finding]:
+    code = outcome["returncode"]
+    findings = [failure_finding(f, tests_dir, ctx) for f in outcome["failures"]]
+    shown = display_path(tests_dir)
+    if code == 5:
+        findings.append(Finding(NAME, Severity.WARNING, shown, None, "pytest collected no tests", "add tests or remove the folder"))
+    elif code not in (0, 1) and not findings:
+        findings.append(Finding(NAME, Severity.ERROR, shown, None, f"pytest did not complete (exit {code}): {outcome['tail'][-800:]}"))
+    elif code == 1 and not findings:
+        findings.append(Finding(NAME, Severity.ERROR, shown, None, f"pytest failed without a test report: {outcome['tail'][-800:]}"))
+    counts = outcome.get("counts") or {}
+    if counts:
+        findings.append(Finding(NAME, Severity.INFO, shown, None,
+                                f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped"))
+    return findings
+
+
+def run(ctx: VerifyContext) -> list[Finding]:
+    config = ctx.gate_config(NAME)
+    tests_dir = ctx.set_dir / str(config.get("path", "tests"))
+    if not tests_dir.is_dir():
+        return [Finding(NAME, Severity.WARNING, display_path(tests_dir), None,
+                        "the patch set has no tests folder: nothing was run", "add the set's tests under tests/")]
+    interpreter = choose_interpreter(ctx, config)
+    stub_dir, stub_rows = stubs(ctx, NAME)
+    key = key_of(NAME, interpreter.spec_key, tree_identity(ctx.root), config,
+                 {rel: sha256_file(ctx.root / rel) for rel in ctx.touched},
+                 hash_files((p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts), tests_dir),
+                 hash_files(stub_dir.rglob("*.py")) if stub_dir else None)
+    cache = ResultCache(ctx.cache_dir, NAME)
+    outcome = cache.get(key)
+    if outcome is None:
+        outcome = run_pytest(interpreter.python, tests_dir, ctx, stub_dir, config)
+        if outcome["returncode"] in (0, 1, 5):
+            cache.put(key, outcome)
+    note = Finding(NAME, Severity.INFO, display_path(tests_dir), None, f"set tests {interpreter.note}")
+    return [note, *stub_rows, *findings_from(outcome, tests_dir, ctx)]
+
+
+_FIND_TREE = "import os, sys\nsys.path.insert(0, os.path.join(os.environ['PATCHKIT_TARGET'], 'python'))\n"
+
+EXAMPLES = (
+    Example("set tests pass", {"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a + b\n",
+                               "@set/tests/test_algo.py": _FIND_TREE + "from pkg.algo import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+            passes=True, expect="1 passed, 0 failed"),
+    Example("an algorithm bug only the tests see",
+            {"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a - b\n",
+             "@set/tests/test_algo.py": _FIND_TREE + "from pkg.algo import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+            passes=False, expect="test_algo.py::test_add failed (call)"),
+    Example("an error raised in the tree is located",
+            {"python/pkg/__init__.py": "", "python/pkg/algo.py": "def first(xs):\n    return xs[1]\n",
+             "@set/tests/test_algo.py": _FIND_TREE + "from pkg.algo import first\n\n\ndef test_first():\n    assert first([7]) == 7\n"},
+            passes=False, expect="raised at python/pkg/algo.py:2"),
+    Example("a test module that cannot be collected",
+            {"python/pkg/__init__.py": "", "@set/tests/test_algo.py": _FIND_TREE + "from pkg.nothing import x\n"},
+            passes=False, expect="could not be collected"),
+    Example("a set without tests is reported", {"python/pkg/__init__.py": ""}, passes=False, expect="no tests folder"),
+)

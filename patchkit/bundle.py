@@ -13,8 +13,19 @@
    leaves a whole distribution out. Both are checked on the host: ``install.sh`` imports the
    ``--check-import`` modules after installing.
 5. **Write** ``wheels/``, ``requirements.lock`` (pins with ``--hash``), ``bundle.json`` (the manifest)
-   and ``install.sh``: the one command for the host, ``sh install.sh [PYTHON]``, which installs with
-   ``--no-index --no-deps --require-hashes`` and then runs the import checks.
+   and ``install.sh``: the one command for the host, ``sh install.sh [PYTHON] [SITE]``, which installs
+   with ``--no-index --no-deps --require-hashes --target SITE``, runs the import checks and prints the
+   ``export PYTHONPATH=SITE`` line. ``--target`` leaves the host's own packages untouched: a pinned
+   version the bundle carries (transformers 5.6.0 on a host with 5.17.0) shadows the host's through
+   ``PYTHONPATH`` instead of replacing it for everything else on the host.
+
+With ``--profile NAME`` the requirements come from the patch set's manifest instead of sglang's full
+``Requires-Dist`` (``[bundle.profiles.NAME]``: ``requirements``, ``slim``, ``check_imports``): each
+requirement is resolved on its own (``--no-deps``; the list is the whole runtime set), a host package
+counts as present only when its version satisfies the requirement (otherwise the pinned version is
+carried and shadows it), the profile's slim globs apply with their reasons, and the set's base wheel
+is bundled only when its Python tag fits the host; otherwise (``--tree``) the patched tree's
+``python/`` travels instead, the source ``patchkit smoke`` puts first on ``PYTHONPATH`` anyway.
 """
 
 from __future__ import annotations
@@ -26,14 +37,19 @@ import hashlib
 import io
 import json
 import re
+import shutil
 import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+
+from patchkit import manifest as manifest_mod
 from patchkit import proc
-from patchkit.errors import BadInput, Failed, location
+from patchkit.errors import BadInput, Failed, Location, location
 from patchkit.results import CommandResult
 
 DEFAULT_REQUIREMENT = "sglang==0.5.12"
@@ -110,16 +126,53 @@ class Resolved:
 
 
 @dataclass(frozen=True)
+class SlimRule:
+    """One glob over a wheel's member paths (``fnmatch``: ``*`` also crosses ``/``) and why it may go."""
+
+    glob: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DroppedMember:
+    path: str
+    size: int  # unpacked bytes
+    reason: str
+
+
+@dataclass(frozen=True)
 class Wheel:
-    """One file of the wheelhouse, as the manifest records it."""
+    """One file of the wheelhouse, as the manifest records it (sizes in bytes of the .whl file)."""
 
     file: str
     name: str
     version: str
     sha256: str
+    size: int
     source_url: str | None
     original_sha256: str | None = None
-    dropped_members: tuple[str, ...] = ()
+    original_size: int | None = None
+    dropped_members: tuple[DroppedMember, ...] = ()
+    unmatched_globs: tuple[str, ...] = ()  # slim globs that matched nothing: a sign of a changed wheel
+
+
+@dataclass(frozen=True)
+class Profile:
+    """``[bundle.profiles.NAME]`` of a patch set: the declared runtime set for one server setup."""
+
+    name: str
+    requirements: tuple[str, ...]
+    slim: dict[str, tuple[SlimRule, ...]]
+    check_imports: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """The patched tree's ``python/`` shipped in place of a base wheel that does not fit the host."""
+
+    path: str  # inside the bundle
+    files: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -132,6 +185,9 @@ class BundleResult(CommandResult):
     skipped_host_packages: tuple[str, ...]
     excluded: tuple[str, ...]
     install_command: str
+    profile: str | None = None
+    shadowed_host_packages: tuple[str, ...] = ()  # host versions that fail a pin: the bundle's wins
+    source_tree: SourceTree | None = None
 
 
 def _index_args(index_url: str | None, find_links: tuple[Path, ...], no_index: bool) -> list[str]:
@@ -165,12 +221,19 @@ def _pip(args: list[str], what: str) -> proc.Completed:
 
 
 def resolve(requirements: tuple[str, ...], host: HostPackages, target: Target, index: list[str],
-            work: Path) -> list[Resolved]:
-    """Everything ``requirements`` needs on the host, with the host's own versions held fixed."""
+            work: Path, *, no_deps: bool = False) -> list[Resolved]:
+    """Everything ``requirements`` needs on the host, with the host's own versions held fixed.
+
+    ``no_deps``: resolve only the listed requirements themselves (a profile's complete list); the
+    host's versions are then not constraints, since a profile pin may overrule them.
+    """
+    if not requirements:
+        return []
     constraints = work / "host-constraints.txt"
-    constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(host.versions.items()) if v))
+    constraints.write_text("" if no_deps else "".join(f"{n}=={v}\n" for n, v in sorted(host.versions.items()) if v))
     report = work / "report.json"
     _pip(["install", "--dry-run", "--ignore-installed", "--report", str(report),
+          *(["--no-deps"] if no_deps else []),
           "--target", str(work / "never-written"), *target.pip_args(), *index, "-c", str(constraints),
           *requirements], "resolve the requirements for the host")
     resolved = []
@@ -218,23 +281,37 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def slim_wheel(path: Path, patterns: tuple[str, ...]) -> tuple[str, ...]:
-    """Rewrite the wheel without members matching ``patterns``; keep RECORD true. Returns the dropped."""
+def _first_rule(name: str, rules: tuple[SlimRule, ...]) -> SlimRule | None:
+    return next((rule for rule in rules if fnmatch.fnmatch(name, rule.glob)), None)
+
+
+def slim_wheel(path: Path, rules: tuple[SlimRule, ...]) -> tuple[tuple[DroppedMember, ...], tuple[str, ...]]:
+    """Rewrite the wheel without members matching ``rules``, RECORD without their rows (the other rows'
+    hashes stay valid: their bytes are copied unchanged), so pip installs it. Returns the dropped
+    members and the globs that matched nothing. ``.dist-info/`` members are never dropped."""
     with zipfile.ZipFile(path) as source:
         members = source.infolist()
-        dropped = tuple(m.filename for m in members if any(fnmatch.fnmatch(m.filename, p) for p in patterns))
+        dropped, used = [], set()
+        for member in members:
+            rule = None if ".dist-info/" in member.filename else _first_rule(member.filename, rules)
+            if rule:
+                dropped.append(DroppedMember(member.filename, member.file_size, rule.reason))
+                used.add(rule.glob)
+        unmatched = tuple(rule.glob for rule in rules if rule.glob not in used)
         if not dropped:
-            return ()
+            return (), unmatched
+        gone = {d.path for d in dropped}
         record_name = next(m.filename for m in members if m.filename.endswith(".dist-info/RECORD"))
         rewritten = path.with_suffix(".slim")
         with zipfile.ZipFile(rewritten, "w", zipfile.ZIP_DEFLATED) as out:
             for member in members:
-                if member.filename in dropped or member.filename == record_name:
+                if member.filename in gone or member.filename == record_name:
                     continue
-                out.writestr(member, source.read(member))
-            out.writestr(record_name, _filtered_record(source.read(record_name).decode(), set(dropped)))
+                with source.open(member) as data, out.open(member, "w", force_zip64=True) as copy:
+                    shutil.copyfileobj(data, copy, 1 << 20)  # streamed: a member can be a 1 GB library
+            out.writestr(record_name, _filtered_record(source.read(record_name).decode(), gone))
     rewritten.replace(path)
-    return dropped
+    return tuple(dropped), unmatched
 
 
 def _filtered_record(record: str, dropped: set[str]) -> str:
@@ -244,62 +321,232 @@ def _filtered_record(record: str, dropped: set[str]) -> str:
     return buffer.getvalue()
 
 
-def parse_drop_rules(rules: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """``DIST:GLOB`` options -> dist -> globs over wheel member paths."""
-    by_dist: dict[str, list[str]] = {}
+def parse_drop_rules(rules: tuple[str, ...]) -> dict[str, tuple[SlimRule, ...]]:
+    """``DIST:GLOB`` options -> dist -> rules over wheel member paths."""
+    by_dist: dict[str, list[SlimRule]] = {}
     for rule in rules:
         dist, sep, glob = rule.partition(":")
         if not sep or not dist or not glob:
             raise BadInput(f"--drop: expected DIST:GLOB, got {rule!r}")
-        by_dist.setdefault(canonical(dist), []).append(glob)
+        by_dist.setdefault(canonical(dist), []).append(SlimRule(glob, "--drop on the command line"))
     return {dist: tuple(globs) for dist, globs in by_dist.items()}
 
 
+def _merge_rules(*sources: dict[str, tuple[SlimRule, ...]]) -> dict[str, tuple[SlimRule, ...]]:
+    merged: dict[str, tuple[SlimRule, ...]] = {}
+    for source in sources:
+        for dist, rules in source.items():
+            merged[dist] = merged.get(dist, ()) + rules
+    return merged
+
+
+# ---------------------------------------------------------------- profiles from the set's manifest
+
+
+def _profile_error(path: Path, text: str, table: str, key: str | None, message: str) -> BadInput:
+    return BadInput(message, location=Location(str(path), manifest_mod.line_of(text, table, key)),
+                    hint="fix the profile in manifest.toml (see README: offline bundle)")
+
+
+def _requirement(text: str, fail) -> Requirement:
+    try:
+        return Requirement(text)
+    except InvalidRequirement as exc:
+        raise fail(f"not a requirement: {text!r} ({exc})") from None
+
+
+def load_profile(set_manifest: manifest_mod.Manifest, name: str) -> Profile:
+    """``[bundle.profiles.NAME]`` of the set; errors name the manifest's line."""
+    path = set_manifest.path
+    text = manifest_mod.human_part(path.read_text(encoding="utf-8"))
+    profiles = set_manifest.section("bundle").get("profiles", {})
+    table = f"bundle.profiles.{name}"
+    if not isinstance(profiles, dict) or name not in profiles:
+        known = ", ".join(sorted(profiles)) if isinstance(profiles, dict) and profiles else "none"
+        raise BadInput(f"no profile {name!r} in [bundle.profiles] (known: {known})", location=Location(str(path)),
+                       hint="pass one of the known --profile names")
+    data: Any = profiles[name]
+
+    def fail(key: str | None):
+        return lambda message: _profile_error(path, text, table, key, f"[{table}] {message}")
+
+    requirements = data.get("requirements") if isinstance(data, dict) else None
+    if not isinstance(requirements, list) or not requirements or not all(isinstance(r, str) for r in requirements):
+        raise fail("requirements")("requirements must be a non-empty list of strings")
+    for item in requirements:
+        _requirement(item, fail("requirements"))
+    checks = data.get("check_imports", list(DEFAULT_CHECK_IMPORTS))
+    if not isinstance(checks, list) or not all(isinstance(c, str) and c for c in checks):
+        raise fail("check_imports")("check_imports must be a list of module names")
+    return Profile(name, tuple(requirements), _slim_table(data.get("slim", {}), fail), tuple(checks))
+
+
+def _slim_table(slim: Any, fail) -> dict[str, tuple[SlimRule, ...]]:
+    """``slim = { DIST = [{ glob = "...", reason = "..." }, ...] }``: every glob needs its reason."""
+    if not isinstance(slim, dict):
+        raise fail("slim")("slim must be a table of DIST = [{ glob, reason }, ...]")
+    rules: dict[str, tuple[SlimRule, ...]] = {}
+    for dist, entries in slim.items():
+        ok = isinstance(entries, list) and all(
+            isinstance(e, dict) and isinstance(e.get("glob"), str) and e["glob"]
+            and isinstance(e.get("reason"), str) and e["reason"].strip() for e in entries)
+        if not ok:
+            raise fail(dist)(f"slim {dist!r}: every entry must be {{ glob = \"...\", reason = \"...\" }}")
+        rules[canonical(dist)] = tuple(SlimRule(e["glob"], e["reason"].strip()) for e in entries)
+    return rules
+
+
+def _satisfied_by_host(requirement: Requirement, host: HostPackages) -> str | None:
+    """The host's version when it satisfies ``requirement`` (any version for a URL install), else None."""
+    key = canonical(requirement.name)
+    if key not in host.versions:
+        return None
+    version = host.versions[key]
+    if version is None:
+        return "(url)"
+    return version if requirement.specifier.contains(version, prereleases=True) else None
+
+
+def split_profile(profile: Profile, host: HostPackages) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(requirements to carry, host packages that satisfy theirs, host packages a pin overrules)."""
+    carry, kept, shadowed = [], [], []
+    for text in profile.requirements:
+        requirement = Requirement(text)
+        key = canonical(requirement.name)
+        have = _satisfied_by_host(requirement, host)
+        if have:
+            kept.append(f"{key}=={have}")
+            continue
+        if key in host.versions:
+            shadowed.append(f"{key}=={host.versions[key]} (needs {requirement.specifier})")
+        carry.append(text)
+    return tuple(carry), tuple(sorted(kept)), tuple(sorted(shadowed))
+
+
+def wheel_fits_python(wheel_file: str, python_version: str) -> bool:
+    """Whether a wheel's Python tag (``cp311``, ``py3``, ``cp310.cp311`` ...) admits ``python_version``."""
+    tags = wheel_file[:-len(".whl")].split("-")[-3].split(".")
+    major, minor = python_version.split(".")[:2]
+    return any(tag in (f"py{major}", f"py{major}{minor}", f"cp{major}{minor}") for tag in tags)
+
+
+def copy_source_tree(tree: Path, out: Path) -> SourceTree:
+    """Copy ``tree/python`` (without caches) to ``out/python``."""
+    source = tree / "python"
+    if not (source / "sglang").is_dir():
+        raise BadInput(f"{tree} has no python/sglang/", hint="pass --tree with a patched tree (patchkit apply)")
+    shutil.copytree(source, out / "python", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    files = sum(1 for p in (out / "python").rglob("*") if p.is_file())
+    return SourceTree("python", files, "the pinned base wheel does not fit the host's Python; "
+                                       "the patched tree's python/ goes first on PYTHONPATH instead")
+
+
 INSTALL_SH = """#!/bin/sh
-# Install this wheelhouse on the host, offline; then check the imports. Usage: sh install.sh [PYTHON]
+# Install this wheelhouse on the host, offline, into SITE; then check the imports.
+# Usage: sh install.sh [PYTHON] [SITE]   (SITE defaults to site/ next to this script)
+# --target keeps the host's own packages as they are: ours shadow them only through PYTHONPATH.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 py=${{1:-python3}}
-"$py" -m pip install --no-index --no-deps --require-hashes --find-links "$here/wheels" -r "$here/requirements.lock"
+site=${{2:-$here/site}}
+if [ -s "$here/requirements.lock" ]; then
+  "$py" -m pip install --no-index --no-deps --require-hashes --no-compile --upgrade --target "$site" \\
+    --find-links "$here/wheels" -r "$here/requirements.lock"
+fi
+mkdir -p "$site"
+checkpath="$site"
+{source_tree}
 {checks}
-echo "bundle installed; imports checked: {modules}"
-"""
+echo "bundle installed into $site; imports checked: {modules}"
+echo "export PYTHONPATH=$site"
+{source_note}"""
+
+_SOURCE_TREE_SH = 'checkpath="$here/python:$site"'
+_SOURCE_NOTE_SH = ('echo "sglang comes from $here/python (the patched tree), not from a wheel: '
+                   'patchkit smoke puts the target tree\'s python/ first; elsewhere use '
+                   'export PYTHONPATH=$here/python:$site"\n')
 
 
-def write_outputs(out: Path, wheels: list[Wheel], check_imports: tuple[str, ...]) -> str:
+def write_outputs(out: Path, wheels: list[Wheel], check_imports: tuple[str, ...], with_source_tree: bool) -> str:
     lock = "".join(f"{w.name}=={w.version} --hash=sha256:{w.sha256}\n" for w in sorted(wheels, key=lambda w: w.name))
     (out / "requirements.lock").write_text(lock)
-    checks = "\n".join(f'"$py" -c "import {m}"' for m in check_imports)
-    (out / "install.sh").write_text(INSTALL_SH.format(checks=checks, modules=" ".join(check_imports)))
+    checks = "\n".join(f'PYTHONPATH="$checkpath" "$py" -c "import {m}"' for m in check_imports)
+    (out / "install.sh").write_text(INSTALL_SH.format(
+        checks=checks, modules=" ".join(check_imports),
+        source_tree=_SOURCE_TREE_SH if with_source_tree else "",
+        source_note=_SOURCE_NOTE_SH if with_source_tree else ""))
     (out / "install.sh").chmod(0o755)
-    return "sh install.sh"
+    return "sh install.sh [PYTHON] [SITE]"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What to resolve and how, before anything is downloaded."""
+
+    requirements: tuple[str, ...]
+    no_deps: bool
+    kept: tuple[str, ...]  # host packages satisfying a profile requirement (known before resolving)
+    shadowed: tuple[str, ...]
+    slim: dict[str, tuple[SlimRule, ...]]
+    check_imports: tuple[str, ...]
+    source_tree: Path | None
+
+
+def _plan_profile(profile: Profile, set_manifest: manifest_mod.Manifest, host: HostPackages, target: Target,
+                  tree: Path | None, check_imports: tuple[str, ...] | None) -> _Plan:
+    carry, kept, shadowed = split_profile(profile, host)
+    base = set_manifest.pypi
+    if tree is None and base is not None:
+        if not wheel_fits_python(base.wheel, target.python_version):
+            raise BadInput(f"{base.wheel} does not install on Python {target.python_version}",
+                           location=Location(str(set_manifest.path)),
+                           hint="pass --tree PATCHED_TREE: the bundle then ships its python/ instead of the wheel")
+        carry = (*carry, f"{base.package}=={base.version}")
+    return _Plan(carry, True, kept, shadowed, profile.slim, check_imports or profile.check_imports, tree)
 
 
 def build_bundle(*, out: Path, requirements: tuple[str, ...], freeze: Path | None, have: tuple[str, ...],
                  target: Target, index_url: str | None = None, find_links: tuple[Path, ...] = (),
                  no_index: bool = False, drop: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
-                 check_imports: tuple[str, ...] = DEFAULT_CHECK_IMPORTS) -> BundleResult:
-    """Resolve, download, slim, hash and write the bundle; see the module docstring."""
+                 check_imports: tuple[str, ...] | None = None, profile: str | None = None,
+                 set_dir: Path | None = None, tree: Path | None = None) -> BundleResult:
+    """Resolve, download, slim, hash and write the bundle; see the module docstring.
+
+    Without ``profile``: ``requirements`` with their full dependency closure, host versions held.
+    With ``profile``: the set's ``[bundle.profiles.NAME]`` list (``requirements`` is ignored).
+    """
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"{out} exists and is not empty", hint="choose another --out")
     versions = read_freeze(freeze) if freeze else {}
     versions.update(dict(parse_have(pin) for pin in have))
-    host, rules, excluded = HostPackages(versions), parse_drop_rules(drop), {canonical(e) for e in exclude}
+    host, excluded = HostPackages(versions), {canonical(e) for e in exclude}
+    if profile:
+        from patchkit.base import resolve_set
+
+        set_manifest = manifest_mod.load(resolve_set(set_dir), with_lock=False)
+        plan = _plan_profile(load_profile(set_manifest, profile), set_manifest, host, target, tree, check_imports)
+    else:
+        plan = _Plan(requirements, False, (), (), {}, check_imports or DEFAULT_CHECK_IMPORTS, tree)
     index = _index_args(index_url, find_links, no_index)
     with tempfile.TemporaryDirectory(prefix="patchkit-bundle-") as work:
-        resolved = resolve(requirements, host, target, index, Path(work))
-    skipped = tuple(sorted(f"{r.name}=={r.version}" for r in resolved if host.has(r.name, r.version)))
+        resolved = resolve(plan.requirements, host, target, index, Path(work), no_deps=plan.no_deps)
+    skipped = tuple(sorted({*plan.kept, *(f"{r.name}=={r.version}" for r in resolved if host.has(r.name, r.version))}))
     wanted = [r for r in resolved if not host.has(r.name, r.version) and r.name not in excluded]
-    files = download(wanted, target, index, out / "wheels")
-    wheels = []
-    for item in wanted:
-        path = files[item.name]
-        original = sha256_of(path)
-        dropped = slim_wheel(path, rules.get(item.name, ()))
-        wheels.append(Wheel(f"wheels/{path.name}", item.name, item.version, sha256_of(path), item.url,
-                            original if dropped else None, dropped))
-    command = write_outputs(out, wheels, check_imports)
-    result = BundleResult("bundle", True, out, target.python_version, target.platforms, requirements,
-                          tuple(wheels), skipped, tuple(sorted(excluded)), command)
+    out.mkdir(parents=True, exist_ok=True)
+    files = download(wanted, target, index, out / "wheels") if wanted else {}
+    rules = _merge_rules(plan.slim, parse_drop_rules(drop))
+    wheels = [_slimmed(files[item.name], item, rules.get(item.name, ())) for item in wanted]
+    source_tree = copy_source_tree(plan.source_tree, out) if plan.source_tree else None
+    command = write_outputs(out, wheels, plan.check_imports, source_tree is not None)
+    result = BundleResult("bundle", True, out, target.python_version, target.platforms, plan.requirements,
+                          tuple(wheels), skipped, tuple(sorted(excluded)), command, profile, plan.shadowed,
+                          source_tree)
     (out / "bundle.json").write_text(json.dumps(result.payload(), indent=2) + "\n")
     return result
+
+
+def _slimmed(path: Path, item: Resolved, rules: tuple[SlimRule, ...]) -> Wheel:
+    original_sha, original_size = sha256_of(path), path.stat().st_size
+    dropped, unmatched = slim_wheel(path, rules)
+    return Wheel(f"wheels/{path.name}", item.name, item.version, sha256_of(path), path.stat().st_size, item.url,
+                 original_sha if dropped else None, original_size if dropped else None, dropped, unmatched)

@@ -173,12 +173,13 @@ def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_toke
     Arguments after -- go to both servers. Exit 0 all prompts identical, 1 mismatch or server failure,
     2 preflight failed or bad input, 130 interrupted (servers torn down).
     """
-    from patchkit.smoke.run import SmokeOptions, default_set_dir, default_target, run_smoke
+    from patchkit.base import locate
+    from patchkit.smoke.run import SmokeOptions, run_smoke
 
     def core() -> CommandResult:
-        chosen_set = set_dir or default_set_dir()
+        chosen_set, chosen_target = locate(set_dir, target)
         options = SmokeOptions(
-            set_dir=chosen_set, target=target or default_target(), gpus=gpus, model=model,
+            set_dir=chosen_set, target=chosen_target, gpus=gpus, model=model,
             draft_model=draft_model, port=port, prompts=prompts, max_new_tokens=max_new_tokens,
             timeout_s=timeout_s, python=python, logs=logs, extra_args=tuple(extra_args),
             preflight_only=preflight_only,
@@ -207,18 +208,25 @@ def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_toke
 @click.option("--no-index", is_flag=True, help="Use only --find-links.")
 @click.option("--drop", multiple=True, metavar="DIST:GLOB", help="Slim: drop matching wheel members.")
 @click.option("--exclude", multiple=True, metavar="DIST", help="Leave a whole distribution out.")
-@click.option("--check-import", "check_imports", multiple=True, default=("sglang", "sglang.launch_server"),
-              show_default=True, help="Module install.sh imports on the host after installing.")
+@click.option("--check-import", "check_imports", multiple=True,
+              help="Module install.sh imports on the host after installing "
+                   "(default: the profile's check_imports, else sglang and sglang.launch_server).")
+@click.option("--profile", default=None, metavar="NAME",
+              help="Bundle the set's [bundle.profiles.NAME] list instead of sglang's full dependencies.")
+@set_option
+@click.option("--tree", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="Patched tree whose python/ the bundle ships instead of the base wheel (--profile).")
 @json_option
 def bundle(out, freeze, have, python_version, platforms, requirements, index_url, find_links, no_index, drop,
-           exclude, check_imports, as_json) -> None:
+           exclude, check_imports, profile, set_dir, tree, as_json) -> None:
     """Build an offline wheelhouse for a GPU host from the packages it already has."""
     from patchkit.bundle import Target, build_bundle
 
     run_command("bundle", as_json, lambda: build_bundle(
         out=out, requirements=tuple(requirements), freeze=freeze, have=tuple(have),
         target=Target(python_version, tuple(platforms)), index_url=index_url, find_links=tuple(find_links),
-        no_index=no_index, drop=tuple(drop), exclude=tuple(exclude), check_imports=tuple(check_imports)))
+        no_index=no_index, drop=tuple(drop), exclude=tuple(exclude), check_imports=tuple(check_imports) or None,
+        profile=profile, set_dir=set_dir, tree=tree))
 
 
 @cli.command()

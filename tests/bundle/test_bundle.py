@@ -97,22 +97,28 @@ def test_install_command_works_offline_and_checks_imports(tmp_path, index):
                            "--drop", "sglang:sglang/big/*.so")
     assert done.returncode == 0, done.stderr
     sglang = next(w for w in doc["result"]["wheels"] if w["name"] == "sglang")
-    assert sglang["dropped_members"] == ["sglang/big/fa3.so"]
-    assert sglang["original_sha256"] != sglang["sha256"]
+    assert sglang["dropped_members"] == [
+        {"path": "sglang/big/fa3.so", "size": 4096, "reason": "--drop on the command line"}]
+    assert sglang["original_sha256"] != sglang["sha256"] and sglang["original_size"] > sglang["size"]
     with zipfile.ZipFile(out / sglang["file"]) as wheel:
         assert "sglang/big/fa3.so" not in wheel.namelist() and "sglang/big/keep.txt" in wheel.namelist()
         assert "fa3.so" not in wheel.read("sglang-0.5.12.dist-info/RECORD").decode()
-    venv = tmp_path / "host"
+    installed, site = install_on_host(tmp_path, out)
+    assert "imports checked: sglang sglang.launch_server" in installed.stdout
+    assert f"export PYTHONPATH={site}" in installed.stdout.splitlines()
+    assert sorted(os.listdir(site / "sglang" / "big")) == ["keep.txt"]
+
+
+def install_on_host(tmp_path: Path, out: Path):
+    """Run the bundle's install.sh with a fresh venv's python as the host's, SITE under tmp_path."""
+    venv, site = tmp_path / "host", tmp_path / "site"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     env = {**clean_environ(), "HOME": str(tmp_path / "home"), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
     env.pop("PYTHONPATH", None)
-    installed = subprocess.run(["sh", str(out / "install.sh"), str(venv / "bin" / "python")], capture_output=True,
-                               text=True, env=env, timeout=300)
+    installed = subprocess.run(["sh", str(out / "install.sh"), str(venv / "bin" / "python"), str(site)],
+                               capture_output=True, text=True, env=env, timeout=300)
     assert installed.returncode == 0, installed.stderr
-    assert "imports checked: sglang sglang.launch_server" in installed.stdout
-    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sglang, os; print(os.path.dirname(sglang.__file__))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    assert sorted(os.listdir(Path(site) / "big")) == ["keep.txt"]
+    return installed, site
 
 
 def test_exclude_leaves_a_distribution_out(tmp_path, index):

@@ -36,7 +36,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from patchkit import proc
+from patchkit import envs, proc
 from patchkit.errors import BadInput, Location
 from checks.dispatch import toml_error_line
 from patchkit.gates import Example, Finding, Severity, VerifyContext
@@ -159,6 +159,17 @@ def _tree_digest(ctx: VerifyContext, source_root: str) -> str:
     return digest.hexdigest()
 
 
+def _folder_digest(folder: Path | None) -> str | None:
+    """Content hash of a stub folder, so editing a stub invalidates cached rows."""
+    if folder is None or not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(folder)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def _probe_rows(ctx: VerifyContext, request: dict[str, Any]) -> list[dict[str, Any]]:
     python = _interpreter(ctx)
     source_root = ctx.manifest.get("verify", {}).get("source_root", "python")
@@ -244,8 +255,12 @@ def evaluate(ctx: VerifyContext) -> tuple[list[CaseResult], str]:
     spec, rel = _load_expectations(ctx)
     cases = _build_cases(spec, rel)
     table = spec.get("tree_mask", {})
+    stub_folder, _ = envs.stubs(ctx, NAME)
+    stub_paths = [str(stub_folder)] if stub_folder else []
     request = {
         "tree_python": str(ctx.root / ctx.manifest.get("verify", {}).get("source_root", "python")),
+        "stub_paths": stub_paths,
+        "stub_digest": _folder_digest(stub_folder),
         "module": spec.get("module", "sglang.srt.server_args"),
         "probes": spec.get("probes", list(DEFAULT_PROBES)),
         "cases": [{k: c[k] for k in ("name", "probes_on", "flashinfer", "target", "draft", "args")} for c in cases],
@@ -278,7 +293,7 @@ def format_row(result: CaseResult) -> str:
 
 def run(ctx: VerifyContext) -> list[Finding]:
     results, rel = evaluate(ctx)
-    findings = []
+    findings = envs.stubs(ctx, NAME)[1]  # each stub in use is reported, an undeclared one refused
     for result in results:
         findings.append(Finding(NAME, Severity.INFO, rel, result.line, format_row(result)))
         for problem in result.problems:

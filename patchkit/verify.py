@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from patchkit.base import locate
 from patchkit.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, BadInput, PatchkitError, location
 from patchkit.gates import Finding, Severity, VerifyContext
 from patchkit.results import CommandResult
@@ -143,26 +144,6 @@ def load_manifest(set_dir: Path) -> dict[str, Any]:
                        hint="fix the manifest and run again") from None
 
 
-def version_key(path: Path) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", path.name)) or (0,)
-
-
-def default_set_dir(search_root: Path = Path("ddtree_patches")) -> Path:
-    """The newest set (highest version number) under ``ddtree_patches/`` that has a manifest."""
-    sets = [p for p in search_root.glob("*") if (p / MANIFEST).is_file()]
-    if not sets:
-        raise BadInput(f"no patch set with a {MANIFEST} under {search_root}/", hint="pass --set DIR")
-    return max(sets, key=version_key)
-
-
-def default_target() -> Path:
-    """The single tree under ``$PATCHKIT_HOME/trees`` (the core's apply puts it there)."""
-    trees = sorted(p for p in (patchkit_home() / "trees").glob("*") if (p / ".git").exists())
-    if len(trees) != 1:
-        raise BadInput(f"found {len(trees)} trees under {patchkit_home() / 'trees'}", hint="pass --target DIR")
-    return trees[0]
-
-
 def touched_files(root: Path) -> tuple[str, ...]:
     """Tree-relative files that differ from the tree's base (its root commit), deletions excluded.
 
@@ -185,9 +166,9 @@ def touched_files(root: Path) -> tuple[str, ...]:
 
 def build_context(set_dir: Path | None, target: Path | None) -> VerifyContext:
     """Resolve defaults, parse the manifest, find the touched files."""
-    set_dir = (set_dir or default_set_dir()).resolve()
+    set_dir, root = locate(set_dir, target)  # defaults: newest set, the tree `patchkit apply` made
+    set_dir, root = set_dir.resolve(), root.resolve()
     manifest = load_manifest(set_dir)
-    root = (target or default_target()).resolve()
     if not root.is_dir():
         raise BadInput(f"target {root} does not exist", hint="run patchkit apply first, or pass --target")
     home = patchkit_home().resolve()

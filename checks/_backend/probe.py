@@ -108,6 +108,9 @@ def _resolve(module, case: dict, workdir: str) -> dict:
 def main() -> int:
     request = json.load(sys.stdin)
     sys.path.insert(0, request["tree_python"])
+    # Declared stub packages ([verify.env.stubs]) come right after the tree, before site-packages.
+    for offset, extra in enumerate(request.get("stub_paths", [])):
+        sys.path.insert(1 + offset, extra)
     warnings.filterwarnings("ignore")
     logging.disable(logging.CRITICAL)
     try:

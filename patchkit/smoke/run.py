@@ -111,24 +111,6 @@ class SmokeResult(CommandResult):
         return EXIT_BAD_INPUT if self.preflight_only and not self.ok else super().exit_code
 
 
-def default_set_dir(root: Path = Path("ddtree_patches")) -> Path:
-    """The newest set (highest ``vN``) under ``ddtree_patches/``; the core's resolver replaces this."""
-    sets = [d for d in root.glob("v*") if d.is_dir() and d.name[1:].isdigit()] if root.is_dir() else []
-    if not sets:
-        raise BadInput(f"no patch set under {root}/", hint="pass --set DIR")
-    return max(sets, key=lambda d: int(d.name[1:]))
-
-
-def default_target() -> Path:
-    """The single tree under ``.patchkit/trees/``; the core's resolver replaces this."""
-    trees_dir = Path(os.environ.get("PATCHKIT_HOME", ".patchkit")) / "trees"
-    trees = sorted(d for d in trees_dir.iterdir() if d.is_dir()) if trees_dir.is_dir() else []
-    if len(trees) != 1:
-        raise BadInput(f"cannot choose a target tree under {trees_dir} ({len(trees)} found)",
-                       hint="pass --target DIR")
-    return trees[0]
-
-
 def default_logs_dir() -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path(os.environ.get("PATCHKIT_HOME", ".patchkit")) / "logs" / f"smoke-{stamp}-{os.getpid()}"

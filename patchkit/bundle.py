@@ -378,7 +378,10 @@ def load_profile(set_manifest: manifest_mod.Manifest, name: str) -> Profile:
     checks = data.get("check_imports", list(DEFAULT_CHECK_IMPORTS))
     if not isinstance(checks, list) or not all(isinstance(c, str) and c for c in checks):
         raise fail("check_imports")("check_imports must be a list of module names")
-    return Profile(name, tuple(requirements), _slim_table(data.get("slim", {}), fail), tuple(checks))
+    slim_header = f"{table}.slim"  # the slim rules may sit in their own table or inline as slim = {...}
+    slim_fail = (lambda key: lambda message: _profile_error(path, text, slim_header, key, f"[{table}] {message}")) \
+        if manifest_mod.line_of(text, slim_header, None) else lambda key: fail("slim")
+    return Profile(name, tuple(requirements), _slim_table(data.get("slim", {}), slim_fail), tuple(checks))
 
 
 def _slim_table(slim: Any, fail) -> dict[str, tuple[SlimRule, ...]]:

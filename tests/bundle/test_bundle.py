@@ -47,9 +47,21 @@ def index(tmp_path_factory) -> Path:
                files={"sglang/__init__.py": b"", "sglang/launch_server.py": b"",
                       "sglang/big/fa3.so": b"\0" * 4096, "sglang/big/keep.txt": b"kept"})
     for name, version in [("torch", "2.11.0"), ("torch", "2.13.0"), ("numpy", "2.0.0"), ("numpy", "2.1.0"),
-                          ("flashinfer-python", "0.5.0"), ("tinydep", "1.0"), ("tinydep", "2.0")]:
+                          ("flashinfer-python", "0.5.0"), ("tinydep", "1.0"), ("tinydep", "2.0"),
+                          ("transformers", "5.6.0"), ("transformers", "5.17.0"), ("fastapi", "0.136.0"),
+                          ("fastapi", "0.165.0"), ("click", "8.1.7")]:
         make_wheel(root, name, version)
+    make_wheel(root, "sglang-kernel", "0.4.2.post2", files=KERNEL_MEMBERS)
     return root
+
+
+KERNEL_MEMBERS = {
+    "sgl_kernel/__init__.py": b"from sgl_kernel import sm90\n",
+    "sgl_kernel/sm90/__init__.py": b"", "sgl_kernel/sm90/common_ops.abi3.so": b"\1" * 300,
+    "sgl_kernel/sm100/common_ops.abi3.so": b"\2" * 200, "sgl_kernel/flash_ops.abi3.so": b"\0" * 5000,
+    "lib/libmscclpp.so": b"\3" * 100, "include/mscclpp/core.hpp": b"// header\n",
+    "triton_kernels/__init__.py": b"",
+}
 
 
 def clean_environ() -> dict[str, str]:
@@ -109,10 +121,11 @@ def test_install_command_works_offline_and_checks_imports(tmp_path, index):
     assert sorted(os.listdir(site / "sglang" / "big")) == ["keep.txt"]
 
 
-def install_on_host(tmp_path: Path, out: Path):
-    """Run the bundle's install.sh with a fresh venv's python as the host's, SITE under tmp_path."""
+def install_on_host(tmp_path: Path, out: Path, fresh_venv: bool = True):
+    """Run the bundle's install.sh with a venv's python (tmp_path/host) as the host's, SITE under tmp_path."""
     venv, site = tmp_path / "host", tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    if fresh_venv:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     env = {**clean_environ(), "HOME": str(tmp_path / "home"), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
     env.pop("PYTHONPATH", None)
     installed = subprocess.run(["sh", str(out / "install.sh"), str(venv / "bin" / "python"), str(site)],
@@ -144,3 +157,136 @@ def test_bad_freeze_line_names_file_and_line(tmp_path, index):
     done, doc = run_bundle(tmp_path, index, "--out", str(tmp_path / "b"), "--freeze", str(freeze))
     assert done.returncode == 2
     assert doc["error"]["file"] == str(freeze) and doc["error"]["line"] == 2
+
+
+# ---------------------------------------------------------------- profiles from the set's manifest
+
+PROFILE_SET = """\
+[set]
+name = "demo"
+version = "1.0.0"
+description = "a set for the bundle tests"
+python = ["3.11", "3.12"]
+
+[base]
+kind = "pypi"
+
+[base.pypi]
+package = "sglang"
+version = "0.5.12"
+wheel = "sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl"
+sha256 = "4ed786a38655851fd055ef57380c34d29b87753b53f63457309f51e5bf48c2e6"
+layout = { "sglang/" = "python/sglang/" }
+
+[bundle.profiles.srv]
+requirements = ["transformers==5.6.0", "sglang-kernel==0.4.2.post2", "fastapi<=0.136.0", "click>=8.1,<9"]
+check_imports = ["sgl_kernel", "transformers", "sglang", "sglang.launch_server"]
+
+[bundle.profiles.srv.slim]
+"sglang-kernel" = [
+    { glob = "sgl_kernel/flash_ops.abi3.so", reason = "FA3 only" },
+    { glob = "sgl_kernel/sm100/*", reason = "not Hopper" },
+    { glob = "lib/*", reason = "mscclpp only" },
+    { glob = "include/*", reason = "build time" },
+    { glob = "lib64/*", reason = "build time" },
+]
+"""
+
+
+def profile_set(tmp_path: Path, text: str = PROFILE_SET) -> Path:
+    folder = tmp_path / "set"
+    folder.mkdir(parents=True)
+    (folder / "manifest.toml").write_text(text)
+    return folder
+
+
+def record_rows_verify(wheel_path: Path) -> list[str]:
+    """Every RECORD row's hash and size match the member's bytes; returns the listed paths."""
+    with zipfile.ZipFile(wheel_path) as wheel:
+        record_name = next(n for n in wheel.namelist() if n.endswith(".dist-info/RECORD"))
+        listed = []
+        for line in wheel.read(record_name).decode().splitlines():
+            path, digest, size = line.split(",")
+            listed.append(path)
+            if path == record_name:
+                continue
+            assert _record_line(path, wheel.read(path)) == f"{path},{digest},{size}\n"
+        assert sorted(listed) == sorted(wheel.namelist())
+    return listed
+
+
+def test_profile_bundles_the_declared_list_slimmed_not_sglangs_dependencies(tmp_path, index):
+    out = tmp_path / "bundle"
+    done, doc = run_bundle(tmp_path, index, "--out", str(out), "--set", str(profile_set(tmp_path)),
+                           "--profile", "srv", "--python-version", "3.11", "--have", "click==8.1.7")
+    assert done.returncode == 0, done.stderr
+    result = doc["result"]
+    assert sorted((w["name"], w["version"]) for w in result["wheels"]) == [
+        ("fastapi", "0.136.0"), ("sglang", "0.5.12"), ("sglang-kernel", "0.4.2.post2"), ("transformers", "5.6.0")]
+    assert result["profile"] == "srv" and result["skipped_host_packages"] == ["click==8.1.7"]
+    kernel = next(w for w in result["wheels"] if w["name"] == "sglang-kernel")
+    assert [(d["path"], d["size"], d["reason"]) for d in kernel["dropped_members"]] == [
+        ("sgl_kernel/sm100/common_ops.abi3.so", 200, "not Hopper"), ("sgl_kernel/flash_ops.abi3.so", 5000, "FA3 only"),
+        ("lib/libmscclpp.so", 100, "mscclpp only"), ("include/mscclpp/core.hpp", 10, "build time")]
+    assert kernel["unmatched_globs"] == ["lib64/*"]
+    path = out / kernel["file"]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == kernel["sha256"] != kernel["original_sha256"]
+    assert path.stat().st_size == kernel["size"] < kernel["original_size"]
+    listed = record_rows_verify(path)
+    assert "sgl_kernel/sm90/common_ops.abi3.so" in listed and "triton_kernels/__init__.py" in listed
+    assert not any(p.startswith(("lib/", "include/", "sgl_kernel/sm100/")) for p in listed)
+
+
+def test_profile_for_another_python_needs_the_tree(tmp_path, index):
+    done, doc = run_bundle(tmp_path, index, "--out", str(tmp_path / "b"), "--set", str(profile_set(tmp_path)),
+                           "--profile", "srv", "--python-version", "3.12")
+    assert done.returncode == 2
+    assert "sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl does not install on Python 3.12" in doc["error"]["message"]
+    assert "--tree" in doc["error"]["hint"] and not (tmp_path / "b").exists()
+
+
+def test_profile_ships_the_tree_and_shadows_a_conflicting_host_version(tmp_path, index):
+    tree = tmp_path / "tree"
+    (tree / "python" / "sglang").mkdir(parents=True)
+    (tree / "python" / "sglang" / "__init__.py").write_text("PATCHED = True\n")
+    (tree / "python" / "sglang" / "launch_server.py").write_text("import transformers\nassert transformers.VERSION == '5.6.0'\n")
+    (tree / "python" / "sglang" / "__pycache__").mkdir()
+    (tree / "python" / "sglang" / "__pycache__" / "x.pyc").write_bytes(b"stale")
+    out = tmp_path / "bundle"
+    done, doc = run_bundle(tmp_path, index, "--out", str(out), "--set", str(profile_set(tmp_path)), "--profile", "srv",
+                           "--python-version", "3.12", "--tree", str(tree), "--have", "transformers==5.17.0")
+    assert done.returncode == 0, done.stderr
+    result = doc["result"]
+    assert "sglang" not in {w["name"] for w in result["wheels"]}
+    assert ("transformers", "5.6.0") in {(w["name"], w["version"]) for w in result["wheels"]}
+    assert result["shadowed_host_packages"] == ["transformers==5.17.0 (needs ==5.6.0)"]
+    assert result["source_tree"] == {"path": "python", "files": 2, "reason": result["source_tree"]["reason"]}
+    assert not (out / "python" / "sglang" / "__pycache__").exists()
+
+    venv_python = tmp_path / "host" / "bin" / "python"
+    host_has = subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "host")], check=True)
+    assert host_has.returncode == 0
+    env = {**clean_environ(), "PIP_CONFIG_FILE": os.devnull, "HOME": str(tmp_path / "home")}
+    subprocess.run([str(venv_python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(index),
+                    "transformers==5.17.0"], check=True, env=env)
+    installed, site = install_on_host(tmp_path, out, fresh_venv=False)
+    assert f"export PYTHONPATH={site}" in installed.stdout.splitlines()
+    assert f"{out}/python" in installed.stdout  # says where sglang comes from
+    env.pop("PYTHONPATH", None)
+    version = [str(venv_python), "-c", "import transformers; print(transformers.VERSION)"]
+    assert subprocess.run(version, capture_output=True, text=True, env=env).stdout.strip() == "5.17.0"
+    shadowed = subprocess.run(version, capture_output=True, text=True, env={**env, "PYTHONPATH": str(site)})
+    assert shadowed.stdout.strip() == "5.6.0"
+
+
+def test_unknown_profile_and_slim_entry_without_reason_are_bad_input(tmp_path, index):
+    done, doc = run_bundle(tmp_path, index, "--out", str(tmp_path / "b"), "--set", str(profile_set(tmp_path)),
+                           "--profile", "nope")
+    assert done.returncode == 2 and "no profile 'nope'" in doc["error"]["message"] and "srv" in doc["error"]["message"]
+    broken = PROFILE_SET.replace('{ glob = "lib/*", reason = "mscclpp only" }', '{ glob = "lib/*" }')
+    folder = profile_set(tmp_path / "broken", broken)
+    done, doc = run_bundle(tmp_path, index, "--out", str(tmp_path / "b"), "--set", str(folder), "--profile", "srv")
+    assert done.returncode == 2
+    assert doc["error"]["file"] == str(folder / "manifest.toml")
+    assert doc["error"]["line"] == broken.splitlines().index('"sglang-kernel" = [') + 1
+    assert "glob" in doc["error"]["message"] and "reason" in doc["error"]["message"]

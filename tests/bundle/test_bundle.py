@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -103,7 +104,7 @@ def test_bundles_what_the_host_lacks_with_hashes(tmp_path, index):
     assert json.loads((out / "bundle.json").read_text()) == result
 
 
-def test_install_command_works_offline_and_checks_imports(tmp_path, index):
+def test_install_command_works_offline_and_checks_imports(tmp_path, index, pip_only):
     out = tmp_path / "bundle"
     done, doc = run_bundle(tmp_path, index, "--out", str(out), "--have", "torch==2.11.0", "--have", "numpy==2.0.0",
                            "--drop", "sglang:sglang/big/*.so")
@@ -115,20 +116,38 @@ def test_install_command_works_offline_and_checks_imports(tmp_path, index):
     with zipfile.ZipFile(out / sglang["file"]) as wheel:
         assert "sglang/big/fa3.so" not in wheel.namelist() and "sglang/big/keep.txt" in wheel.namelist()
         assert "fa3.so" not in wheel.read("sglang-0.5.12.dist-info/RECORD").decode()
-    installed, site = install_on_host(tmp_path, out)
+    installed, site = install_on_host(tmp_path, out, host_venv(tmp_path, pip_only))
     assert "imports checked: sglang sglang.launch_server" in installed.stdout
     assert f"export PYTHONPATH={site}" in installed.stdout.splitlines()
     assert sorted(os.listdir(site / "sglang" / "big")) == ["keep.txt"]
 
 
-def install_on_host(tmp_path: Path, out: Path, fresh_venv: bool = True):
-    """Run the bundle's install.sh with a venv's python (tmp_path/host) as the host's, SITE under tmp_path."""
-    venv, site = tmp_path / "host", tmp_path / "site"
-    if fresh_venv:
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+@pytest.fixture(scope="module")
+def pip_only(tmp_path_factory) -> Path:
+    """A folder holding only a copy of pip, for host venvs made without ensurepip (seconds faster each)."""
+    import pip
+
+    root = tmp_path_factory.mktemp("pip-only")
+    shutil.copytree(Path(pip.__file__).parent, root / "pip", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def host_venv(tmp_path: Path, pip_only: Path) -> Path:
+    """A fresh venv standing in for the GPU host's Python: its own empty site-packages, plus pip."""
+    venv = tmp_path / "host"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "test-pip.pth").write_text(f"{pip_only}\n")
+    return venv / "bin" / "python"
+
+
+def install_on_host(tmp_path: Path, out: Path, host_python: Path):
+    """Run the bundle's install.sh with ``host_python`` as the host's, SITE under tmp_path."""
+    site = tmp_path / "site"
     env = {**clean_environ(), "HOME": str(tmp_path / "home"), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
     env.pop("PYTHONPATH", None)
-    installed = subprocess.run(["sh", str(out / "install.sh"), str(venv / "bin" / "python"), str(site)],
+    installed = subprocess.run(["sh", str(out / "install.sh"), str(host_python), str(site)],
                                capture_output=True, text=True, env=env, timeout=300)
     assert installed.returncode == 0, installed.stderr
     return installed, site
@@ -245,7 +264,7 @@ def test_profile_for_another_python_needs_the_tree(tmp_path, index):
     assert "--tree" in doc["error"]["hint"] and not (tmp_path / "b").exists()
 
 
-def test_profile_ships_the_tree_and_shadows_a_conflicting_host_version(tmp_path, index):
+def test_profile_ships_the_tree_and_shadows_a_conflicting_host_version(tmp_path, index, pip_only):
     tree = tmp_path / "tree"
     (tree / "python" / "sglang").mkdir(parents=True)
     (tree / "python" / "sglang" / "__init__.py").write_text("PATCHED = True\n")
@@ -263,13 +282,11 @@ def test_profile_ships_the_tree_and_shadows_a_conflicting_host_version(tmp_path,
     assert result["source_tree"] == {"path": "python", "files": 2, "reason": result["source_tree"]["reason"]}
     assert not (out / "python" / "sglang" / "__pycache__").exists()
 
-    venv_python = tmp_path / "host" / "bin" / "python"
-    host_has = subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "host")], check=True)
-    assert host_has.returncode == 0
+    venv_python = host_venv(tmp_path, pip_only)
     env = {**clean_environ(), "PIP_CONFIG_FILE": os.devnull, "HOME": str(tmp_path / "home")}
     subprocess.run([str(venv_python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(index),
                     "transformers==5.17.0"], check=True, env=env)
-    installed, site = install_on_host(tmp_path, out, fresh_venv=False)
+    installed, site = install_on_host(tmp_path, out, venv_python)
     assert f"export PYTHONPATH={site}" in installed.stdout.splitlines()
     assert f"{out}/python" in installed.stdout  # says where sglang comes from
     env.pop("PYTHONPATH", None)

@@ -1,0 +1,98 @@
+"""The N-GPU one-command driver, run for real on CPU: gloo ranks, the stand-in SGLang server.
+
+Run with ``python -m pytest ci/gpu -q`` (not under the default ``testpaths``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchkit.testing import patched_tree
+from tests.smoke.conftest import MANIFEST, PROMPTS, SET_ID, free_port, make_model, make_target
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SET_DIR = REPO_ROOT / "ddtree_patches" / "v1"
+RUN_TP = REPO_ROOT / "ci" / "gpu" / "run_tp.sh"
+MODULE = Path("python/sglang/srt/speculative/ddtree_utils.py")
+
+
+@pytest.fixture(scope="module")
+def ddtree_utils_path() -> Path:
+    return Path(patched_tree(SET_DIR)) / MODULE
+
+
+def run_tp(tmp: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable, "HOME": str(tmp / "home"),
+           "PATCHKIT_HOME": str(tmp / "pkhome"), "NCCL_NVLS_ENABLE": "1"}
+    return subprocess.run(["bash", str(RUN_TP), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["x"], "N must be a positive number of GPUs, got 'x'"),
+    (["0"], "N must be a positive number of GPUs, got '0'"),
+    (["2", "--model", "m"], "--model and --draft-model go together"),
+])
+def test_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
+    done = run_tp(tmp_path, *args)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == f"run_tp: error: {message}"
+    assert not (tmp_path / "pkhome").exists()  # nothing was started or written
+
+
+def test_cpu_path_builds_equal_trees_over_gloo_ranks(tmp_path, ddtree_utils_path):
+    out = tmp_path / "out"
+    done = run_tp(tmp_path, "4", "--device", "cpu", "--ddtree-utils", str(ddtree_utils_path),
+                  "--vocab", "3001", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trees"]["equal"] and summary["trees"]["backend"] == "gloo"
+    assert summary["trees"]["cases"] == 4 and summary["trees"]["vocab"] == 3001
+    assert summary["smoke"] == {"ran": False, "lossless": None, "note": "--device cpu: no server smoke"}
+    assert summary["leftover_processes"] == [] and (out / "ps.txt").read_text() == "none\n"
+    assert (out / "testmodels" / "target" / "config.json").is_file()
+    assert "vocab-parallel trees over 4 ranks == tp 1: yes (gloo, V=3001" in done.stdout
+    assert done.stdout.strip().endswith("verdict: PASS")
+
+
+def test_smoke_step_runs_patchkit_smoke_and_reads_its_verdict(tmp_path, ddtree_utils_path):
+    set_dir = tmp_path / "set"
+    (set_dir / "smoke").mkdir(parents=True)
+    (set_dir / "manifest.toml").write_text(MANIFEST)
+    (set_dir / "smoke" / "prompts.jsonl").write_text("\n".join(json.dumps(p) for p in PROMPTS) + "\n")
+    shutil.copytree(SET_DIR / "tests", set_dir / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    target = make_target(tmp_path / "target", f"Patchkit-Set: {SET_ID}")
+    out = tmp_path / "out"
+    done = run_tp(tmp_path, "2", "--device", "cpu", "--smoke-gpus", "0", "--set", str(set_dir),
+                  "--target", str(target), "--ddtree-utils", str(ddtree_utils_path),
+                  "--model", str(make_model(tmp_path / "model")), "--draft-model", str(make_model(tmp_path / "d")),
+                  "--port", str(free_port()), "--vocab", "1001", "--out", str(out))
+    summary = json.loads((out / "summary.json").read_text())
+    assert done.returncode == 0, done.stdout + done.stderr
+    smoke = summary["smoke"]
+    assert smoke["ran"] and smoke["lossless"] and smoke["exit_code"] == 0 and smoke["teardown_clean"]
+    assert smoke["accept_length"] > 1 and set(smoke["tokens_per_s"]) == {"baseline", "ddtree"}
+    assert json.loads((out / "smoke.out").read_text())["result"]["gpus"] == 0  # --smoke-gpus reached smoke
+    assert (out / "smoke-logs" / "baseline.log").is_file() and (out / "smoke-logs" / "ddtree.log").is_file()
+    assert "lossless (DDTREE = baseline, tp 2): yes" in done.stdout
+    assert "leftover processes: none" in done.stdout
+
+
+def test_models_that_cannot_split_over_n_ranks_block_the_smoke(tmp_path, ddtree_utils_path):
+    """The tiny test models have 4 attention heads: SGLang asserts heads % tp == 0, so tp 8 cannot run."""
+    out = tmp_path / "out"
+    done = run_tp(tmp_path, "8", "--ddtree-utils", str(ddtree_utils_path), "--out", str(out), timeout=120)
+    summary = json.loads((out / "summary.json").read_text())
+    assert done.returncode == 1
+    assert summary["smoke"]["ran"] is False and summary["smoke"]["lossless"] is False
+    assert "num_attention_heads 4 is not divisible by tp 8" in summary["smoke"]["note"]
+    assert not (out / "smoke.out").exists()
+    assert summary["trees"]["equal"] is False  # no 8 GPUs here: the tree check refuses, it does not pass
+    assert done.stdout.strip().endswith("verdict: FAIL")

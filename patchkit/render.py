@@ -175,19 +175,40 @@ from patchkit.bundle import BundleResult  # noqa: E402
 
 @human.register(BundleResult)
 def _human_bundle(result: BundleResult) -> None:
-    table = Table(title=f"bundle for Python {result.python_version} on {', '.join(result.platforms)}")
-    for column in ("wheel", "sha256", "slimmed"):
+    profile = f", profile {result.profile}" if result.profile else ""
+    table = Table(title=f"bundle for Python {result.python_version} on {', '.join(result.platforms)}{profile}")
+    for column in ("wheel", "size", "sha256", "slimmed"):
         table.add_column(column)
     for wheel in result.wheels:
-        slim = f"{len(wheel.dropped_members)} members dropped" if wheel.dropped_members else ""
-        table.add_row(wheel.file, wheel.sha256[:16] + "…", slim)
+        slim = ""
+        if wheel.dropped_members:
+            slim = f"{len(wheel.dropped_members)} members dropped (was {_megabytes(wheel.original_size or 0)})"
+        table.add_row(wheel.file, _megabytes(wheel.size), wheel.sha256[:16] + "…", slim)
     stdout.print(table)
+    total = sum(wheel.size for wheel in result.wheels)
+    stdout.print(f"{len(result.wheels)} wheels, {_megabytes(total)}", markup=False)
+    for wheel in result.wheels:
+        if wheel.unmatched_globs:
+            stdout.print(f"warning: {wheel.name}: slim globs matched nothing (changed wheel?): "
+                         f"{', '.join(wheel.unmatched_globs)}", markup=False)
     if result.skipped_host_packages:
         stdout.print(f"already on the host (not bundled): {', '.join(result.skipped_host_packages)}", markup=False)
+    if result.shadowed_host_packages:
+        stdout.print(f"host versions overruled (bundled, shadow the host's via PYTHONPATH): "
+                     f"{', '.join(result.shadowed_host_packages)}", markup=False)
     if result.excluded:
         stdout.print(f"excluded: {', '.join(result.excluded)}", markup=False)
+    if result.source_tree:
+        stdout.print(f"sglang travels as the patched tree's {result.source_tree.path}/ "
+                     f"({result.source_tree.files} files), not as a wheel: {result.source_tree.reason}", markup=False)
     stdout.print(f"copy {result.out} to the host, then run there: {result.install_command} "
-                 f"(inside {result.out.name}/)", markup=False)
+                 f"(inside {result.out.name}/); it prints the export PYTHONPATH line", markup=False)
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
 # ---------------------------------------------------------------- patch sets (core): base, apply, status, refresh, lock
 from collections.abc import Callable  # noqa: E402
 

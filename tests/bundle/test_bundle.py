@@ -70,10 +70,11 @@ def clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
 
 
-def run_bundle(tmp_path, index, *args):
+def run_bundle(tmp_path, index, *args, as_json=True):
     env = {**clean_environ(), "PYTHONPATH": str(REPO_ROOT), "HOME": str(tmp_path / "home"),
-           "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1", "PIP_NO_CACHE_DIR": "1"}
-    argv = [sys.executable, "-m", "patchkit", "bundle", "--no-index", "--find-links", str(index), "--json", *args]
+           "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1", "PIP_NO_CACHE_DIR": "1", "COLUMNS": "200"}
+    argv = [sys.executable, "-m", "patchkit", "bundle", "--no-index", "--find-links", str(index),
+            *(["--json"] if as_json else []), *args]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     doc = json.loads(done.stdout) if done.stdout.strip().startswith("{") else None
     return done, doc
@@ -307,3 +308,14 @@ def test_unknown_profile_and_slim_entry_without_reason_are_bad_input(tmp_path, i
     assert doc["error"]["file"] == str(folder / "manifest.toml")
     assert doc["error"]["line"] == broken.splitlines().index('"sglang-kernel" = [') + 1
     assert "glob" in doc["error"]["message"] and "reason" in doc["error"]["message"]
+
+
+def test_human_report_names_overruled_host_versions_and_unmatched_globs(tmp_path, index):
+    done, _ = run_bundle(tmp_path, index, "--out", str(tmp_path / "b"), "--set", str(profile_set(tmp_path)),
+                         "--profile", "srv", "--python-version", "3.11", "--have", "transformers==5.17.0",
+                         as_json=False)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "host versions overruled (bundled, shadow the host's via PYTHONPATH): transformers==5.17.0 (needs ==5.6.0)" in text
+    assert "warning: sglang-kernel: slim globs matched nothing (changed wheel?): lib64/*" in text
+    assert "5 wheels," in text and "sh install.sh [PYTHON] [SITE]" in text

@@ -112,9 +112,31 @@ class Target:
     def pip_args(self) -> list[str]:
         args = ["--python-version", self.python_version, "--implementation", self.implementation,
                 "--only-binary=:all:"]
-        for platform in self.platforms:
+        for platform in expand_platforms(self.platforms):
             args += ["--platform", platform]
         return args
+
+
+_MANYLINUX = re.compile(r"^manylinux_2_(\d+)_(\w+)$")
+_LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+
+def expand_platforms(platforms: tuple[str, ...]) -> tuple[str, ...]:
+    """A host with glibc 2.N also runs wheels built for older glibc; pip (23.x) given ``--platform``
+    takes the tag literally, so ``manylinux_2_34_x86_64`` alone would miss every ``manylinux2014`` wheel
+    (tokenizers, pydantic-core, ...). Add ``manylinux_2_M`` for M <= N and the legacy aliases."""
+    expanded: list[str] = []
+    for platform in platforms:
+        expanded.append(platform)
+        found = _MANYLINUX.match(platform)
+        if not found:
+            continue
+        newest, arch = int(found.group(1)), found.group(2)
+        for minor in range(newest - 1, 4, -1):
+            expanded.append(f"manylinux_2_{minor}_{arch}")
+            if minor in _LEGACY_MANYLINUX:
+                expanded.append(f"{_LEGACY_MANYLINUX[minor]}_{arch}")
+    return tuple(dict.fromkeys(expanded))
 
 
 @dataclass(frozen=True)

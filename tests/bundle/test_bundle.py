@@ -22,17 +22,17 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}\n"
 
 
-def make_wheel(index: Path, name: str, version: str, requires=(), files=None) -> Path:
-    """A minimal valid py3-none-any wheel."""
+def make_wheel(index: Path, name: str, version: str, requires=(), files=None, tag="py3-none-any") -> Path:
+    """A minimal valid wheel (py3-none-any unless ``tag`` says otherwise)."""
     module = name.replace("-", "_")
     files = files or {f"{module}/__init__.py": b"VERSION = %r\n" % version}
     info = f"{module}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
         f"Requires-Dist: {r}\n" for r in requires)
     members = {**files, f"{info}/METADATA": metadata.encode(),
-               f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+               f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()}
     record = "".join(_record_line(n, d) for n, d in members.items()) + f"{info}/RECORD,,\n"
-    path = index / f"{module}-{version}-py3-none-any.whl"
+    path = index / f"{module}-{version}-{tag}.whl"
     with zipfile.ZipFile(path, "w") as wheel:
         for member, data in members.items():
             wheel.writestr(member, data)
@@ -53,6 +53,8 @@ def index(tmp_path_factory) -> Path:
                           ("fastapi", "0.165.0"), ("click", "8.1.7")]:
         make_wheel(root, name, version)
     make_wheel(root, "sglang-kernel", "0.4.2.post2", files=KERNEL_MEMBERS)
+    make_wheel(root, "oldglibc", "1.0", tag="cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64")
+    make_wheel(root, "newglibc", "1.0", tag="cp312-cp312-manylinux_2_39_x86_64")
     return root
 
 
@@ -319,3 +321,14 @@ def test_human_report_names_overruled_host_versions_and_unmatched_globs(tmp_path
     assert "host versions overruled (bundled, shadow the host's via PYTHONPATH): transformers==5.17.0 (needs ==5.6.0)" in text
     assert "warning: sglang-kernel: slim globs matched nothing (changed wheel?): lib64/*" in text
     assert "5 wheels," in text and "sh install.sh [PYTHON] [SITE]" in text
+
+
+def test_a_newer_glibc_host_takes_wheels_for_older_glibc_but_not_newer(tmp_path, index):
+    done, doc = run_bundle(tmp_path, index, "--out", str(tmp_path / "b"), "--requirement", "oldglibc==1.0",
+                           "--python-version", "3.12", "--platform", "manylinux_2_34_x86_64")
+    assert done.returncode == 0, done.stderr
+    assert [Path(w["file"]).name for w in doc["result"]["wheels"]] == [
+        "oldglibc-1.0-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"]
+    done, doc = run_bundle(tmp_path, index, "--out", str(tmp_path / "c"), "--requirement", "newglibc==1.0",
+                           "--python-version", "3.12", "--platform", "manylinux_2_34_x86_64")
+    assert done.returncode == 1 and "newglibc" in doc["error"]["message"]

@@ -455,11 +455,16 @@ def wheel_fits_python(wheel_file: str, python_version: str) -> bool:
     return any(tag in (f"py{major}", f"py{major}{minor}", f"cp{major}{minor}") for tag in tags)
 
 
+def check_source_tree(tree: Path) -> None:
+    """Refuse a ``--tree`` without ``python/sglang/`` before anything is downloaded."""
+    if not (tree / "python" / "sglang").is_dir():
+        raise BadInput(f"{tree} has no python/sglang/", hint="pass --tree with a patched tree (patchkit apply)")
+
+
 def copy_source_tree(tree: Path, out: Path) -> SourceTree:
     """Copy ``tree/python`` (without caches) to ``out/python``."""
     source = tree / "python"
-    if not (source / "sglang").is_dir():
-        raise BadInput(f"{tree} has no python/sglang/", hint="pass --tree with a patched tree (patchkit apply)")
+    check_source_tree(tree)
     shutil.copytree(source, out / "python", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     files = sum(1 for p in (out / "python").rglob("*") if p.is_file())
     return SourceTree("python", files, "the pinned base wheel does not fit the host's Python; "
@@ -520,6 +525,8 @@ class _Plan:
 def _plan_profile(profile: Profile, set_manifest: manifest_mod.Manifest, host: HostPackages, target: Target,
                   tree: Path | None, check_imports: tuple[str, ...] | None) -> _Plan:
     carry, kept, shadowed = split_profile(profile, host)
+    if tree is not None:
+        check_source_tree(tree)
     base = set_manifest.pypi
     if tree is None and base is not None:
         if not wheel_fits_python(base.wheel, target.python_version):
@@ -550,8 +557,10 @@ def build_bundle(*, out: Path, requirements: tuple[str, ...], freeze: Path | Non
 
         set_manifest = manifest_mod.load(resolve_set(set_dir), with_lock=False)
         plan = _plan_profile(load_profile(set_manifest, profile), set_manifest, host, target, tree, check_imports)
+    elif tree is not None:
+        raise BadInput("--tree only goes with --profile", hint="add --profile NAME, or leave --tree out")
     else:
-        plan = _Plan(requirements, False, (), (), {}, check_imports or DEFAULT_CHECK_IMPORTS, tree)
+        plan = _Plan(requirements, False, (), (), {}, check_imports or DEFAULT_CHECK_IMPORTS, None)
     index = _index_args(index_url, find_links, no_index)
     with tempfile.TemporaryDirectory(prefix="patchkit-bundle-") as work:
         resolved = resolve(plan.requirements, host, target, index, Path(work), no_deps=plan.no_deps)

@@ -265,6 +265,13 @@ def test_profile_for_another_python_needs_the_tree(tmp_path, index):
     assert done.returncode == 2
     assert "sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl does not install on Python 3.12" in doc["error"]["message"]
     assert "--tree" in doc["error"]["hint"] and not (tmp_path / "b").exists()
+    (tmp_path / "not-a-tree").mkdir()
+    done, doc = run_bundle(tmp_path, index, "--out", str(tmp_path / "b"), "--set", str(tmp_path / "set"),
+                           "--profile", "srv", "--python-version", "3.12", "--tree", str(tmp_path / "not-a-tree"))
+    assert done.returncode == 2 and "has no python/sglang/" in doc["error"]["message"]
+    done, doc = run_bundle(tmp_path, index, "--out", str(tmp_path / "b"), "--tree", str(tmp_path / "not-a-tree"))
+    assert done.returncode == 2 and "--tree only goes with --profile" in doc["error"]["message"]
+    assert not (tmp_path / "b").exists()
 
 
 def test_profile_ships_the_tree_and_shadows_a_conflicting_host_version(tmp_path, index, pip_only):

@@ -10,7 +10,7 @@ Steps, each kept under ``--out`` (default ``.patchkit/logs/tp<N>-<time>/``):
 2. ``patchkit testmodels`` (unless ``--model``/``--draft-model`` are given) -> ``testmodels/``;
 3. ``patchkit smoke --gpus N --json`` with the set's profile -> ``smoke.json``, ``smoke-logs/``;
 4. ``ci/gpu/tp_trees.py --world-size N``: vocab-parallel trees over N ranks equal tp = 1 -> ``trees.json``;
-5. leftover processes (``ps``) -> ``ps.txt``;
+5. leftover processes: any still carrying the run's tag variable, listed by ``ps`` -> ``ps.txt``;
 6. the summary -> stdout and ``summary.json``.
 
 Exit 0 when every step that ran passed and none was skipped for a reason other than ``--skip-smoke``
@@ -36,8 +36,9 @@ TEST_MODEL_SERVER_ARGS = ("--skip-tokenizer-init", "--sampling-backend", "pytorc
                           "--mem-fraction-static", "0.25", "--max-running-requests", "4")
 #: NVLink multicast off in NCCL, PyTorch and NVSHMEM: using it can take a shared host's GPUs out of service.
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-#: Command-line fragments of processes this run starts; any still alive afterwards is a leftover.
-OUR_PROCESS_MARKS = ("sglang", "test_vocab_parallel_shards.py", "tp_trees.py")
+#: Every process a run starts inherits this variable with the run's own value; any still alive at the
+#: end is a leftover.
+RUN_TAG_ENV = "PATCHKIT_TP_RUN"
 
 
 class BadInput(Exception):
@@ -142,18 +143,36 @@ def model_misfits(models: dict[str, Path], tp: int) -> list[str]:
     return problems
 
 
-def leftover_processes() -> list[str]:
-    """``ps`` lines of processes this run may have started that are still alive (not ps, not us)."""
-    done = subprocess.run(["ps", "-eo", "pid,pgid,stat,args"], capture_output=True, text=True)
-    ours = {os.getpid(), os.getppid()}
-    lines = []
-    for line in done.stdout.splitlines()[1:]:
-        fields = line.split(None, 3)
-        if len(fields) < 4 or int(fields[0]) in ours or fields[2].startswith("Z"):
+def tagged_pids(tag: str) -> set[int]:
+    """Live processes whose environment carries this run's tag (Linux ``/proc``), zombies excluded."""
+    wanted = f"{RUN_TAG_ENV}={tag}".encode()
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
-        if any(mark in fields[3] for mark in OUR_PROCESS_MARKS) and "run_tp" not in fields[3]:
-            lines.append(line.strip())
-    return lines
+        try:
+            tagged = wanted in (entry / "environ").read_bytes().split(b"\0")
+            zombie = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if tagged and not zombie:
+            pids.add(int(entry.name))
+    return pids
+
+
+def leftover_processes(tag: str) -> list[str]:
+    """``ps`` lines of every process this run started (they inherit its tag) that is still alive.
+
+    The tag, not a name, decides: other work on the host (another ``sglang`` server, a pip command
+    naming ``sglang-kernel``) is not ours, and a calling shell whose command line names the tree is not
+    a leftover either.
+    """
+    pids = tagged_pids(tag)
+    if not pids:
+        return []
+    done = subprocess.run(["ps", "-o", "pid,ppid,stat,args", "-p", ",".join(map(str, sorted(pids)))],
+                          capture_output=True, text=True)
+    return [line.strip() for line in done.stdout.splitlines()[1:] if line.strip()]
 
 
 def smoke_summary(doc: dict | None) -> dict:
@@ -194,7 +213,8 @@ def patchkit(args: argparse.Namespace, *words: str) -> list[str]:
 
 
 def run_all(args: argparse.Namespace) -> dict:
-    os.environ.update(SAFE_ENV)
+    tag = f"{os.getpid()}-{datetime.datetime.now().strftime('%H%M%S%f')}"
+    os.environ.update({**SAFE_ENV, RUN_TAG_ENV: tag})
     out = (args.out or default_out(args.gpus)).resolve()
     out.mkdir(parents=True, exist_ok=True)
     summary: dict = {"gpus": args.gpus, "device": args.device, "out": str(out)}
@@ -236,7 +256,7 @@ def run_all(args: argparse.Namespace) -> dict:
                         **({k: trees[k] for k in ("backend", "vocab", "cases", "seconds", "problems")}
                            if trees else {"note": f"no JSON; see {step['stderr']}"})}
 
-    leftovers = leftover_processes()
+    leftovers = leftover_processes(tag)
     (out / "ps.txt").write_text("\n".join(leftovers) + "\n" if leftovers else "none\n")
     summary["leftover_processes"] = leftovers
     summary["ok"] = passed(summary, args)

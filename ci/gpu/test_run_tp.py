@@ -5,6 +5,7 @@ Run with ``python -m pytest ci/gpu -q`` (not under the default ``testpaths``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -96,3 +97,25 @@ def test_models_that_cannot_split_over_n_ranks_block_the_smoke(tmp_path, ddtree_
     assert not (out / "smoke.out").exists()
     assert summary["trees"]["equal"] is False  # no 8 GPUs here: the tree check refuses, it does not pass
     assert done.stdout.strip().endswith("verdict: FAIL")
+
+
+def load_run_tp():
+    spec = importlib.util.spec_from_file_location("run_tp", REPO_ROOT / "ci" / "gpu" / "run_tp.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_process_left_with_the_run_tag_is_listed_and_others_are_not(tmp_path):
+    run_tp_module = load_run_tp()
+    tag = f"test-{os.getpid()}"
+    ours = subprocess.Popen(["sleep", "60"], env={**os.environ, run_tp_module.RUN_TAG_ENV: tag})
+    other = subprocess.Popen(["sleep", "61"], env={**os.environ, run_tp_module.RUN_TAG_ENV: tag + "-other"})
+    try:
+        listed = run_tp_module.leftover_processes(tag)
+        assert len(listed) == 1 and listed[0].split()[0] == str(ours.pid) and "sleep 60" in listed[0]
+    finally:
+        for proc in (ours, other):
+            proc.kill()
+            proc.wait()
+    assert run_tp_module.leftover_processes(tag) == []

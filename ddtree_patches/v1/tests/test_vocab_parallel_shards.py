@@ -156,8 +156,6 @@ def worker_main() -> None:
     spec = json.loads(os.environ[RUN_SPEC_ENV])
     rank, world = int(os.environ["RANK"]), spec["world"]
     torch.set_num_threads(1)  # many ranks share few cores
-    if spec.get("fault") == f"crash:{rank}":  # lets the tests prove that peers are reaped
-        sys.exit(f"rank {rank}: injected crash")
     device = torch.device(spec["device"])
     if device.type == "cuda":
         torch.cuda.set_device(rank)
@@ -166,9 +164,11 @@ def worker_main() -> None:
     timeout = datetime.timedelta(seconds=spec["timeout_s"])
     store = dist.TCPStore("127.0.0.1", spec["port"], world + 1, False, timeout=timeout)
     dist.init_process_group(spec["backend"], store=store, rank=rank, world_size=world, timeout=timeout)
+    if spec.get("fault") == f"crash:{rank}":  # the tests prove that peers blocked in a collective are reaped
+        sys.exit(f"rank {rank}: injected crash")
     try:
         results = [sharded_tree(mod, Case(**c), world, rank, device) for c in spec["cases"]]
-        dist.barrier()
+        dist.barrier(**({"device_ids": [rank]} if device.type == "cuda" else {}))
     finally:
         dist.destroy_process_group()
     trees, topk, sent = zip(*results)
@@ -179,7 +179,12 @@ def worker_main() -> None:
 
 
 class WorldFailed(RuntimeError):
-    """A rank failed or the world ran out of time; the message holds each rank's exit and stderr."""
+    """A rank failed or the world ran out of time; the message holds each rank's exit and stderr.
+
+    ``pids`` are the ranks' process ids, all reaped by the time this is raised.
+    """
+
+    pids: tuple[int, ...] = ()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -216,6 +221,9 @@ def run_world(module_path: str | os.PathLike, world: int, cases: tuple[Case, ...
                 procs.append(subprocess.Popen([python, __file__, "worker"], env={**env, "RANK": str(rank)},
                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         _wait_all(procs, time.monotonic() + timeout_s, workdir)
+    except WorldFailed as error:
+        error.pids = tuple(p.pid for p in procs)
+        raise
     finally:
         for proc in procs:
             _kill_group(proc)
@@ -300,12 +308,21 @@ def test_a_crashed_rank_fails_the_world_and_no_rank_survives(ddtree_utils, tmp_p
     try:
         run_world(ddtree_utils.__file__, 2, CPU_CASES[:1], tmp_path, fault="crash:1", timeout_s=60)
     except WorldFailed as error:
-        message = str(error)
+        message, pids = str(error), error.pids
     else:
         raise AssertionError("a crashed rank did not fail the world")
     assert "rank 1 exited with 1" in message and "injected crash" in message
-    # Rank 0 was blocked in the rendezvous or a collective; it was killed, not waited out.
+    assert len(pids) == 2 and not [pid for pid in pids if _alive(pid)]
+    # Rank 0 was blocked in its first all-gather (gloo timeout 60 s); it was killed, not waited out.
     assert time.monotonic() - started < 30
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_a_differing_tree_is_reported(ddtree_utils):

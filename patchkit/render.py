@@ -183,7 +183,7 @@ def _human_bundle(result: BundleResult) -> None:
         slim = ""
         if wheel.dropped_members:
             slim = f"{len(wheel.dropped_members)} members dropped (was {_megabytes(wheel.original_size or 0)})"
-        table.add_row(wheel.file, _megabytes(wheel.size), wheel.sha256[:16] + "…", slim)
+        table.add_row(f"{wheel.name}=={wheel.version}", _megabytes(wheel.size), wheel.sha256[:16] + "…", slim)
     stdout.print(table)
     total = sum(wheel.size for wheel in result.wheels)
     stdout.print(f"{len(result.wheels)} wheels, {_megabytes(total)}", markup=False)

@@ -8,7 +8,9 @@ Steps, each kept under ``--out`` (default ``.patchkit/logs/tp<N>-<time>/``):
 1. preflight: ``nvidia-smi`` GPU list (``preflight.txt``); the models must split over N ranks
    (attention heads divisible by N; KV heads dividing or divisible by N), else the smoke is not run;
 2. ``patchkit testmodels`` (unless ``--model``/``--draft-model`` are given) -> ``testmodels/``;
-3. ``patchkit smoke --gpus N --json`` with the set's profile -> ``smoke.json``, ``smoke-logs/``;
+3. ``patchkit smoke --gpus N --json`` with the set's profile -> ``smoke.out``, ``smoke-logs/``; then
+   (N > 1, unless ``--no-tp1``) the same at ``--gpus 1`` -> ``smoke-tp1.out``: per-prompt accept lengths of
+   tp 1 and tp N side by side, as information;
 4. ``ci/gpu/tp_trees.py --world-size N``: vocab-parallel trees over N ranks equal tp = 1 -> ``trees.json``;
 5. leftover processes: any still carrying the run's tag variable, listed by ``ps`` -> ``ps.txt``;
 6. the summary -> stdout and ``summary.json``.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -63,6 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--smoke-gpus", type=int,
                         help="--gpus given to smoke (default N; with --device cpu the smoke runs only if given)")
     parser.add_argument("--skip-smoke", action="store_true", help="run everything but the server smoke")
+    parser.add_argument("--no-tp1", action="store_true",
+                        help="skip the second smoke at tp 1 (per-prompt accept lengths compared, not gated)")
     parser.add_argument("--vocab", type=int, default=151936, help="vocabulary of the tree check")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per step")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -192,6 +197,7 @@ def smoke_summary(doc: dict | None) -> dict:
         "prompts_matched": f"{sum(p['matched'] for p in prompts)}/{len(prompts)}",
         "gpus": [f"{g['index']}: {g['name']}" for g in result.get("preflight", {}).get("gpus", [])],
         "accept_length": stats.get("ddtree", {}).get("accept_length"),
+        "per_prompt_accept": {p["prompt_id"]: p.get("accept_length") for p in prompts},
         "tokens_per_s": {role: s.get("tokens_per_s") for role, s in stats.items()},
         "ready_s": {role: s.get("ready_s") for role, s in servers.items()},
         "teardown_clean": all(not s["teardown"]["leftover_pids"] for s in servers.values()) if servers else None,
@@ -240,11 +246,13 @@ def run_all(args: argparse.Namespace) -> dict:
         summary["smoke"] = {"ran": False, "lossless": False,
                             "note": f"models cannot run at tp {args.gpus}: " + "; ".join(misfits)}
     else:
-        step = run_step("smoke", patchkit(
-            args, "smoke", *set_args, *target_args, "--gpus", str(args.smoke_gpus), "--model",
-            str(models["target"]), "--draft-model", str(models["draft"]), "--port", str(args.port),
-            "--logs", str(out / "smoke-logs"), "--json", "--", *server_args), out, args.timeout)
-        summary["smoke"] = {**smoke_summary(read_json(step["stdout"])), "exit_code": step["exit_code"]}
+        smoke = functools.partial(run_smoke, args, out, models, [*set_args, *target_args], server_args)
+        summary["smoke"] = smoke("smoke", args.smoke_gpus)
+        if args.gpus > 1 and not args.no_tp1 and summary["smoke"]["ran"]:
+            # Same prompts at tp 1: per-prompt accept lengths side by side (information only: tp N
+            # reduces in another order, so bf16 logits, and with them trees, may legitimately differ).
+            summary["tp1"] = smoke("smoke-tp1", min(args.smoke_gpus, 1))
+            summary["tp1"]["same_accept_lengths"] = same_accept_lengths(summary["smoke"], summary["tp1"])
     summary["model_misfits"] = misfits
 
     utils_args = (["--ddtree-utils", str(args.ddtree_utils)] if args.ddtree_utils else target_args)
@@ -262,6 +270,24 @@ def run_all(args: argparse.Namespace) -> dict:
     summary["ok"] = passed(summary, args)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def run_smoke(args: argparse.Namespace, out: Path, models: dict, where: list[str], server_args: list[str],
+              name: str, gpus: int) -> dict:
+    """``patchkit smoke --gpus <gpus> --json``, its JSON in ``<name>.out``, its server logs in ``<name>-logs/``."""
+    step = run_step(name, patchkit(
+        args, "smoke", *where, "--gpus", str(gpus), "--model", str(models["target"]), "--draft-model",
+        str(models["draft"]), "--port", str(args.port), "--logs", str(out / f"{name}-logs"), "--json", "--",
+        *server_args), out, args.timeout)
+    return {**smoke_summary(read_json(step["stdout"])), "exit_code": step["exit_code"]}
+
+
+def same_accept_lengths(tp_n: dict, tp_1: dict) -> str | None:
+    """"k/n": prompts whose DDTREE accept length is the same at tp N and at tp 1."""
+    a, b = tp_n.get("per_prompt_accept", {}), tp_1.get("per_prompt_accept", {})
+    if not a or set(a) != set(b):
+        return None
+    return f"{sum(a[k] == b[k] for k in a)}/{len(a)}"
 
 
 def passed(summary: dict, args: argparse.Namespace) -> bool:
@@ -285,6 +311,11 @@ def render(summary: dict) -> str:
         lines += [f"accept length: {smoke['accept_length']}", f"tokens/s: {tps or 'n/a'}",
                   f"server ready (s): {smoke['ready_s']}", f"smoke teardown clean: {smoke['teardown_clean']}"]
         lines += [f"failure: {f}" for f in smoke["failures"]]
+    tp1 = summary.get("tp1")
+    if tp1:
+        lines.append(f"tp 1 on the same prompts: lossless {yes_no[tp1['lossless']]}, accept length "
+                     f"{tp1.get('accept_length')}, per-prompt accept lengths equal to tp {summary['gpus']}: "
+                     f"{tp1.get('same_accept_lengths')} (information, not a gate)")
     lines.append(f"vocab-parallel trees over {summary['gpus']} ranks == tp 1: {yes_no[trees['equal']]}"
                  + (f" ({trees['backend']}, V={trees['vocab']}, {trees['cases']} cases, {trees['seconds']} s)"
                     if "backend" in trees else f" - {trees.get('note', '')}"))

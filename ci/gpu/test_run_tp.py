@@ -82,7 +82,11 @@ def test_smoke_step_runs_patchkit_smoke_and_reads_its_verdict(tmp_path, ddtree_u
     assert smoke["accept_length"] > 1 and set(smoke["tokens_per_s"]) == {"baseline", "ddtree"}
     assert json.loads((out / "smoke.out").read_text())["result"]["gpus"] == 0  # --smoke-gpus reached smoke
     assert (out / "smoke-logs" / "baseline.log").is_file() and (out / "smoke-logs" / "ddtree.log").is_file()
+    tp1 = summary["tp1"]  # the same prompts again at "tp 1" (stand-in: --gpus 0 again)
+    assert tp1["ran"] and tp1["lossless"] and (out / "smoke-tp1-logs" / "ddtree.log").is_file()
+    assert tp1["same_accept_lengths"] == f"{len(smoke['per_prompt_accept'])}/{len(smoke['per_prompt_accept'])}"
     assert "lossless (DDTREE = baseline, tp 2): yes" in done.stdout
+    assert "tp 1 on the same prompts: lossless yes" in done.stdout
     assert "leftover processes: none" in done.stdout
 
 

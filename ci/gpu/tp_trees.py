@@ -115,7 +115,7 @@ def check_devices(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     # NVLink multicast stays off: a program using it can take a shared host's GPUs out of service.
-    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     shards = load_test_module(args.set_dir or newest_set())
     path = module_path(args)
     check_devices(args)

@@ -284,6 +284,11 @@ def _check_world(ddtree_utils: ModuleType, tmp_path: Path, world: int) -> None:
     results = run_world(ddtree_utils.__file__, world, CPU_CASES, tmp_path)
     assert [r.rank for r in results] == list(range(world))
     assert compare_with_tp1(ddtree_utils, CPU_CASES, results, torch.device("cpu")) == []
+    for index, case in enumerate(CPU_CASES):  # the equal trees are full trees, and ties were there to break
+        tree, (log_probs, _) = results[-1].trees[index], results[-1].topk[index]
+        assert tree["num_nodes"].tolist() == [case.budget] * case.batch
+        if case.kind == "bf16-ties":
+            assert (log_probs[..., 1:] == log_probs[..., :-1]).float().mean() > 0.5
     # Exactly the four statistics crossed the group: k' fp32 values + k' int64 ids + fp64 max and
     # sumexp per row (k' = min(k, shard width)), never a shard's logits.
     expected = sum(c.batch * c.depth * (min(c.k, shard_layout(c.vocab, world, 0)[1]) * (4 + 8) + 8 + 8)

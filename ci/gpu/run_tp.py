@@ -302,6 +302,8 @@ def render(summary: dict) -> str:
     lines = [
         f"tensor-parallel smoke, N = {summary['gpus']} ({summary['device']}); everything in {summary['out']}",
         "preflight GPUs: " + (", ".join(smoke.get("gpus") or []) or summary["preflight"].replace("\n", "; ")),
+        f"models split over {summary['gpus']} ranks: "
+        + ("yes" if not summary["model_misfits"] else "NO: " + "; ".join(summary["model_misfits"])),
         f"lossless (DDTREE = baseline, tp {summary['gpus']}): {yes_no[smoke['lossless']]}"
         + (f" [{smoke['prompts_matched']} prompts]" if smoke.get("prompts_matched") else "")
         + (f" - {smoke['note']}" if smoke.get("note") else ""),

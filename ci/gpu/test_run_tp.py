@@ -60,6 +60,7 @@ def test_cpu_path_builds_equal_trees_over_gloo_ranks(tmp_path, ddtree_utils_path
     assert summary["leftover_processes"] == [] and (out / "ps.txt").read_text() == "none\n"
     assert (out / "testmodels" / "target" / "config.json").is_file()
     assert "vocab-parallel trees over 4 ranks == tp 1: yes (gloo, V=3001" in done.stdout
+    assert "models split over 4 ranks: yes" in done.stdout
     assert done.stdout.strip().endswith("verdict: PASS")
 
 
@@ -100,6 +101,7 @@ def test_models_that_cannot_split_over_n_ranks_block_the_smoke(tmp_path, ddtree_
     assert "num_attention_heads 4 is not divisible by tp 8" in summary["smoke"]["note"]
     assert not (out / "smoke.out").exists()
     assert summary["trees"]["equal"] is False  # no 8 GPUs here: the tree check refuses, it does not pass
+    assert "models split over 8 ranks: NO: target (" in done.stdout
     assert done.stdout.strip().endswith("verdict: FAIL")
 
 

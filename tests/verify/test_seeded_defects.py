@@ -58,25 +58,27 @@ class Defect:
 # One row per defect class of issue 4; rows without patch/old/new are skipped with a reason.
 DEFECTS = (
     Defect("syntax error", "compile", "0002-*.patch", "    DDTREE_VERIFY = auto()", "    DDTREE_VERIFY = auto(",
-           message="does not compile"),
+           message="does not compile on Python 3.11: SyntaxError: '(' was never closed"),
     # ddtree_info imports a helper that ddtree_utils does not define
     Defect("phantom import", "xref", "0008-*.patch", "    ddtree_follow_verified,", "    ddtree_follow_verified_path,",
-           message="ddtree_follow_verified_path"),
+           message="ddtree_utils neither defines nor re-exports ddtree_follow_verified_path"),
     # the warmup's DDTreeVerifyInput(...) in the CUDA graph runner passes a keyword the dataclass lacks
     Defect("wrong keyword", "xref", "0005-*.patch", "custom_mask=self.buffers.custom_mask,",
-           "custom_masks=self.buffers.custom_mask,", start="spec_info = DDTreeVerifyInput(", message="custom_masks"),
+           "custom_masks=self.buffers.custom_mask,", start="spec_info = DDTreeVerifyInput(",
+           message="call to DDTreeVerifyInput(): got an unexpected keyword argument 'custom_masks'"),
     Defect("missing enum member", "xref", "0002-*.patch", "SpecInputType.DDTREE_VERIFY,", "SpecInputType.DDTREE_VERIFYX,",
-           message="DDTREE_VERIFYX"),
+           message="SpecInputType has no enum member DDTREE_VERIFYX"),
     # DFlashWorker logs a misspelled attribute that __init__ never assigns
     Defect("unassigned self attribute", "xref", "0009-*.patch", "self.ddtree_budget + 1,", "self.ddtree_budgt + 1,",
            message="self.ddtree_budgt is read in DFlashWorker but never assigned"),
     # the verify input is defined under a name that no caller constructs
     Defect("never-instantiated class", "xref", "0008-*.patch", "class DDTreeVerifyInput(SpecInput):",
-           "class DDTreeVerifyInputs(SpecInput):", message="DDTreeVerifyInputs is defined but never instantiated"),
+           "class DDTreeVerifyInputs(SpecInput):",
+           message="family class DDTreeVerifyInputs is defined but never instantiated"),
     # the scheduler's per-request DFlash validation stops covering DDTREE
     Defect("dispatch site loses its DDTREE branch", "dispatch", "0006-*.patch",
            "        if self.spec_algorithm.is_dflash_family():", "        if self.spec_algorithm.is_dflash():",
-           message="is_dflash()"),
+           message="undeclared dispatch site in Scheduler.handle_generate_request: `self.spec_algorithm.is_dflash()`"),
     # DDTREE's default backend on a FlashInfer host turns into fa3, which drops the tree mask at topk 1 and is
     # refused by the tree's own DDTREE backend check: every default case on such a host stops resolving
     Defect("backend choice ignores the tree mask", "backend", "0003-*.patch",
@@ -86,7 +88,7 @@ DEFECTS = (
     Defect("algorithm bug only the set's tests see", "tests", "0001-*.patch",
            "return torch.cumsum(x, dim=-1) - x", "return torch.cumsum(x, dim=-1)", where="tests/*.py"),
     Defect("runtime import error", "imports", "0001-*.patch", "DDTREE_GREEDY_TEMPERATURE = 1e-5",
-           "DDTREE_GREEDY_TEMPERATURE = 1e-5 / 0", message="ZeroDivisionError"),
+           "DDTREE_GREEDY_TEMPERATURE = 1e-5 / 0", message="ddtree_utils failed: ZeroDivisionError"),
 )
 
 #: An existing folder of verify environments to reuse (creating the pinned CPU env takes minutes).

@@ -211,17 +211,26 @@ def _mask_support(table: dict[str, str], backend: str | None, topk: Any) -> bool
     raise BadInput(f"[tree_mask] {backend} = {rule!r}: use yes, no or topk>N")
 
 
+#: The same --attention-backend name builds a different class for MLA models (attention_registry).
+MLA_BACKEND_NAMES = {"flashinfer": "flashinfer_mla"}
+
+
+def effective_backend(name: str | None, use_mla: bool | None) -> str | None:
+    """The backend that really runs: ``flashinfer`` on an MLA model is ``flashinfer_mla``."""
+    return MLA_BACKEND_NAMES.get(name, name) if use_mla and name else name
+
+
 def _derive(row: dict[str, Any], table: dict[str, str]) -> dict[str, Any]:
     values = dict(row)
     if "error" in row:
         return values
     mode = row.get("speculative_attention_mode") or "prefill"
     verify = row.get("decode_attention_backend") if mode == "decode" else row.get("prefill_attention_backend")
-    values["verify_backend"] = verify or row.get("attention_backend")
+    values["verify_backend"] = effective_backend(verify or row.get("attention_backend"), row.get("use_mla"))
     topk = row.get("speculative_eagle_topk")
     values["tree_mask"] = _mask_support(table, values["verify_backend"], topk)
     values["overlap"] = not row.get("disable_overlap_schedule")
-    generic = row.get("generic_rule_at_selection")
+    generic = effective_backend(row.get("generic_rule_at_selection"), row.get("use_mla"))
     values["generic_rule_tree_mask"] = _mask_support(table, generic, topk) if generic else None
     return values
 

@@ -98,6 +98,10 @@ def _resolve(module, case: dict, workdir: str) -> dict:
             row[field] = getattr(args, field, None)
         if hasattr(args, "get_attention_backends"):
             row["prefill_attention_backend"], row["decode_attention_backend"] = args.get_attention_backends()
+        try:  # "flashinfer" on an MLA model builds FlashInferMLAAttnBackend, which has no tree mask
+            row["use_mla"] = bool(args.use_mla_backend())
+        except Exception:  # noqa: BLE001 - an older tree without the method
+            row["use_mla"] = None
         row["topk_one_at_selection"] = _topk_one(module, user_topk, user_page)
         row["topk_one_resolved"] = _topk_one(module, args.speculative_eagle_topk, args.page_size)
         row["generic_rule_at_selection"] = _generic_rule(module, args, user_topk, user_page)

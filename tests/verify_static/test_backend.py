@@ -98,3 +98,19 @@ def test_real_patched_tree_with_v1_expectations(tmp_path):
     findings = backend.run(ctx)
     assert errors(findings) == []
     assert sum(f.severity == Severity.INFO for f in findings) >= 20
+
+
+def test_flashinfer_on_an_mla_model_is_judged_as_flashinfer_mla():
+    """The same flag builds FlashInferMLAAttnBackend for MLA models, which ignores the tree mask:
+    a DDTREE row resolving to "flashinfer" on an MLA model must fail the tree-mask rule."""
+    from checks.backend import _check_case, _derive
+
+    table = {"flashinfer": "yes", "flashinfer_mla": "no", "triton": "yes"}
+    row = {"name": "mla", "speculative_algorithm": "DDTREE", "attention_backend": "flashinfer",
+           "prefill_attention_backend": "flashinfer", "decode_attention_backend": "flashinfer",
+           "speculative_eagle_topk": 64, "use_mla": True}
+    values = _derive(row, table)
+    assert values["verify_backend"] == "flashinfer_mla" and values["tree_mask"] is False
+    case = {"expect_error": None, "expect": {}}
+    assert any("ignores the tree mask" in p for p in _check_case(case, values, "DDTREE"))
+    assert _derive({**row, "use_mla": False}, table)["tree_mask"] is True

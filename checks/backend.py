@@ -31,14 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
-from patchkit import envs, proc
+from patchkit import envs, proc, tomlfile
 from patchkit.errors import BadInput, Location
-from checks.dispatch import toml_error_line
 from patchkit.gates import Example, Finding, Severity, VerifyContext
 
 NAME = "backend"
@@ -91,15 +85,11 @@ def _load_expectations(ctx: VerifyContext) -> tuple[dict[str, Any], str]:
     if not path.is_file():
         raise BadInput(f"no backend expectations at {rel}", location=Location(str(path)),
                        hint="write the cases there or set [verify.backend] expectations")
-    try:
-        text = path.read_text()
-        spec = tomllib.loads(text)
-        for case, line in zip(spec.get("case", []), _case_lines(text)):
-            case.setdefault("_line", line)
-        return spec, rel
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"invalid TOML: {exc}", location=Location(str(path), toml_error_line(exc)),
-                       hint="fix the expectations file") from exc
+    text = path.read_text()
+    spec = tomlfile.parse(text, path, "fix the expectations file")
+    for case, line in zip(spec.get("case", []), _case_lines(text)):
+        case.setdefault("_line", line)
+    return spec, rel
 
 
 def _build_cases(spec: dict[str, Any], rel: str) -> list[dict[str, Any]]:

@@ -27,18 +27,12 @@ declaration whose site no longer exists (stale).
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
-from patchkit.errors import BadInput, Location
+from patchkit import tomlfile
 from patchkit.gates import Example, Finding, Severity, VerifyContext
 from patchkit.pyindex import PyIndex, scan, settings_from_manifest
 
@@ -111,12 +105,6 @@ def declarations_path(ctx: VerifyContext) -> Path:
     return ctx.set_dir / ctx.gate_config(NAME).get("declarations", DEFAULT_DECLARATIONS)
 
 
-def toml_error_line(exc: tomllib.TOMLDecodeError) -> int | None:
-    """The line a TOML error names (``lineno`` on Python >= 3.14, else parsed from the message)."""
-    if getattr(exc, "lineno", None):
-        return exc.lineno  # type: ignore[attr-defined]
-    match = re.search(r"at line (\d+)", str(exc))
-    return int(match.group(1)) if match else None
 
 
 def _header_lines(text: str) -> list[int]:
@@ -128,11 +116,7 @@ def load_declarations(path: Path) -> tuple[list[Declaration], list[str]]:
     if not path.is_file():
         return [], []
     text = path.read_text()
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"invalid TOML: {exc}", location=Location(str(path), toml_error_line(exc)),
-                       hint="fix the declarations file") from exc
+    data = tomlfile.parse(text, path, "fix the declarations file")
     headers = _header_lines(text)
     declarations, problems = [], []
     for n, entry in enumerate(data.get("site", [])):

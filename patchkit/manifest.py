@@ -9,7 +9,6 @@ the marker, so its comments and layout survive.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,8 @@ from typing import Any
 import tomli_w
 
 from patchkit.errors import BadInput, Location
+from patchkit import tomlfile
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 MANIFEST_NAME = "manifest.toml"
 LOCK_MARKER = "# ---- everything below this marker line is written by `patchkit lock`; do not edit ----"
@@ -161,11 +157,7 @@ def load(set_dir: Path, *, with_lock: bool = True) -> Manifest:
     text = path.read_text(encoding="utf-8")
     if not with_lock:
         text = human_part(text)
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        match = re.search(r"line (\d+)", str(exc))
-        raise BadInput(f"invalid TOML: {exc}", location=Location(str(path), int(match.group(1)) if match else None))
+    raw = tomlfile.parse(text, path, "fix the manifest and run again")
     return _validate(path, text, raw)
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import enum
 import os
-import re
-import sys
 import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,15 +18,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from patchkit import tomlfile
 from patchkit.base import locate
-from patchkit.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, BadInput, PatchkitError, location
+from patchkit.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, BadInput, PatchkitError
 from patchkit.gates import Finding, Severity, VerifyContext
 from patchkit.results import CommandResult
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 MANIFEST = "manifest.toml"
 
@@ -132,16 +127,7 @@ def patchkit_home() -> Path:
 
 def load_manifest(set_dir: Path) -> dict[str, Any]:
     """The parsed ``manifest.toml`` of a set; a missing or malformed file is bad input naming the line."""
-    path = set_dir / MANIFEST
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise BadInput(f"no {MANIFEST} in {set_dir}", hint="pass --set with a patch-set directory") from None
-    except tomllib.TOMLDecodeError as error:
-        line = re.search(r"line (\d+)", str(error))
-        raise BadInput(f"malformed TOML: {error}", location=location(path, int(line[1]) if line else None),
-                       hint="fix the manifest and run again") from None
+    return tomlfile.load(set_dir / MANIFEST, f"no {MANIFEST} in {set_dir}", "fix the manifest and run again")
 
 
 def touched_files(root: Path) -> tuple[str, ...]:

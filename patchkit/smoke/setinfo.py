@@ -21,18 +21,13 @@ The ``[smoke]`` table of ``manifest.toml`` (every key optional)::
 
 from __future__ import annotations
 
-import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from patchkit.errors import BadInput, location
+from patchkit import tomlfile
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 MANIFEST_NAME = "manifest.toml"
 SET_TRAILER = "Patchkit-Set"
@@ -67,16 +62,7 @@ _ARGS_KEYS = ("server_args", "baseline_args", "profile_args")
 
 def load_manifest(set_dir: Path) -> dict[str, Any]:
     """Parse ``manifest.toml``; a missing file or a TOML error is bad input naming the file."""
-    path = set_dir / MANIFEST_NAME
-    if not path.is_file():
-        raise BadInput(f"no {MANIFEST_NAME} in {set_dir}", hint="pass --set with a patch-set directory")
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as error:
-        # Python < 3.14 has no lineno attribute; the message says "(at line N, column M)".
-        found = re.search(r"at line (\d+)", str(error))
-        line = getattr(error, "lineno", None) or (int(found.group(1)) if found else None)
-        raise BadInput(f"invalid TOML: {error}", location=location(path, line)) from error
+    return tomlfile.load(set_dir / MANIFEST_NAME, f"no {MANIFEST_NAME} in {set_dir}")
 
 
 def _set_identity(doc: dict[str, Any], path: Path) -> tuple[str, str]:

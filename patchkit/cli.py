@@ -143,6 +143,21 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], as
     run_command("verify", as_json, lambda: verify_tree(set_dir, target, gates, junit))
 
 
+@cli.command("dispatch-sites")
+@set_option
+@target_option
+@json_option
+def dispatch_sites(set_dir: Path | None, target: Path | None, as_json: bool) -> None:
+    """Rewrite the set's dispatch declarations for the tree's current sites (after a rebase).
+
+    Reviewed entries are kept; new sites are added with an empty treatment, so the dispatch gate
+    keeps failing on them until someone writes treatment and reason; stale entries are dropped.
+    """
+    from patchkit.verify import update_dispatch_declarations
+
+    run_command("dispatch-sites", as_json, lambda: update_dispatch_declarations(set_dir, target))
+
+
 # ---------------------------------------------------------------- GPU smoke test
 
 

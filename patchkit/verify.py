@@ -182,3 +182,22 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
 
         write_junit(result, junit)
     return result
+
+
+@dataclass(frozen=True)
+class DispatchSitesResult(CommandResult):
+    """``patchkit dispatch-sites``: the declarations file rewritten for the tree's current sites."""
+
+    path: Path
+    kept: int
+    added: int  # new sites, written with an empty treatment: the gate fails until they are reviewed
+    dropped: tuple[str, ...]  # declarations whose site no longer exists
+
+
+def update_dispatch_declarations(set_dir: Path | None, target: Path | None) -> DispatchSitesResult:
+    from checks.dispatch import write_declarations  # lazy: the gate modules load libcst
+
+    update = write_declarations(build_context(set_dir, target))
+    # ok only when nothing is left to review, so a CI step running this also flags new sites
+    return DispatchSitesResult("dispatch-sites", update.added == 0, update.path, update.kept, update.added,
+                               update.dropped)

@@ -143,6 +143,17 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], as
     run_command("verify", as_json, lambda: verify_tree(set_dir, target, gates, junit))
 
 
+@cli.command()
+@set_option
+@target_option
+@json_option
+def symbols(set_dir: Path | None, target: Path | None, as_json: bool) -> None:
+    """Where each name of the set's symbol family is defined, imported and used in the tree."""
+    from patchkit.verify import symbol_table
+
+    run_command("symbols", as_json, lambda: symbol_table(set_dir, target))
+
+
 @cli.command("dispatch-sites")
 @set_option
 @target_option

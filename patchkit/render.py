@@ -363,3 +363,17 @@ def _register_verify() -> None:
 
 
 _register_verify()
+
+
+# ---------------------------------------------------------------- symbols (xref's symbol table)
+
+from patchkit.verify import SymbolsResult  # noqa: E402
+
+
+@human.register
+def _symbols(result: SymbolsResult) -> None:
+    """One block per name (defined / imported / used, with file:line), readable in CI logs too."""
+    from checks.xref import format_symbol_table  # lazy: loads libcst
+
+    stdout.print(f"symbol family {result.family!r}: {len(result.symbols)} names", markup=False)
+    stdout.print(format_symbol_table(list(result.symbols)), markup=False, soft_wrap=True)

@@ -201,3 +201,20 @@ def update_dispatch_declarations(set_dir: Path | None, target: Path | None) -> D
     # ok only when nothing is left to review, so a CI step running this also flags new sites
     return DispatchSitesResult("dispatch-sites", update.added == 0, update.path, update.kept, update.added,
                                update.dropped)
+
+
+@dataclass(frozen=True)
+class SymbolsResult(CommandResult):
+    """``patchkit symbols``: every name of the manifest's symbol family, with where it is defined,
+    imported and used (the semantic version of grepping for the family)."""
+
+    family: str
+    symbols: tuple[Any, ...]  # checks.xref.Symbol
+
+
+def symbol_table(set_dir: Path | None, target: Path | None) -> SymbolsResult:
+    from checks import xref  # lazy: the gate modules load libcst
+
+    ctx = build_context(set_dir, target)
+    family = ctx.gate_config("xref").get("family", "")
+    return SymbolsResult("symbols", True, family, tuple(xref.symbols(ctx)))

@@ -13,7 +13,7 @@ import tomli_w
 # The helpers module sits beside this file; the package layout does not put this folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from verify_helpers import make_tree, split_example_files, write_files  # noqa: E402
+from verify_helpers import make_example  # noqa: E402
 
 from patchkit.gates import VerifyContext
 from patchkit.verify import build_context
@@ -35,12 +35,7 @@ def make_ctx(tmp_path: Path) -> Callable[..., VerifyContext]:
     counter = iter(range(1000))
 
     def build(files: dict[str, str], manifest: dict[str, Any] | None = None) -> VerifyContext:
-        n = next(counter)
-        base, patched, in_set = split_example_files(files)
-        root = make_tree(tmp_path / f"tree{n}", base, patched)
-        set_dir = tmp_path / f"set{n}"
-        set_dir.mkdir()
-        write_files(set_dir, in_set)
+        root, set_dir, _ = make_example(tmp_path / f"example{next(counter)}", files)
         (set_dir / "manifest.toml").write_text(tomli_w.dumps(manifest or {}))
         return build_context(set_dir, root)
 

@@ -44,3 +44,13 @@ def split_example_files(files: dict[str, str]) -> tuple[dict[str, str], dict[str
     in_set = {k[len(SET_PREFIX):]: v for k, v in files.items() if k.startswith(SET_PREFIX)}
     patched = {k: v for k, v in files.items() if not k.startswith((BASE_PREFIX, SET_PREFIX))}
     return base, patched, in_set
+
+
+def make_example(root: Path, files: dict[str, str]) -> tuple[Path, Path, dict[str, str]]:
+    """An example's tree (``root/tree``) and set dir (``root/set``); returns them and the patched files."""
+    base, patched, in_set = split_example_files(files)
+    tree = make_tree(root / "tree", base, patched)
+    set_dir = root / "set"
+    set_dir.mkdir()
+    write_files(set_dir, in_set)
+    return tree, set_dir, patched

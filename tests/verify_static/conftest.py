@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from patchkit.gates import VerifyContext
-from tests.verify.verify_helpers import make_tree, split_example_files, write_files
+from tests.verify.verify_helpers import make_example
 
 
 @pytest.fixture
@@ -24,12 +24,7 @@ def make_ctx(tmp_path: Path) -> Callable[..., VerifyContext]:
     counter = iter(range(1000))
 
     def build(files: dict[str, str], manifest: dict[str, Any] | None = None) -> VerifyContext:
-        n = next(counter)
-        base, patched, in_set = split_example_files(files)
-        root = make_tree(tmp_path / f"tree{n}", base, patched)
-        set_dir = tmp_path / f"set{n}"
-        set_dir.mkdir()
-        write_files(set_dir, in_set)
+        root, set_dir, patched = make_example(tmp_path / f"example{next(counter)}", files)
         return VerifyContext(root=root, set_dir=set_dir, manifest=manifest or {}, touched=tuple(sorted(patched)),
                              cache_dir=tmp_path / "cache", env_dir=tmp_path / "envs")
 

@@ -26,6 +26,11 @@ counts as present only when its version satisfies the requirement (otherwise the
 carried and shadows it), the profile's slim globs apply with their reasons, and the set's base wheel
 is bundled only when its Python tag fits the host; otherwise (``--tree``) the patched tree's
 ``python/`` travels instead, the source ``patchkit smoke`` puts first on ``PYTHONPATH`` anyway.
+With ``--tree-on-host`` it does not travel: the host builds the same patched tree itself (``patchkit
+base fetch`` from the cached base wheel, then ``patchkit apply``), which ``patchkit smoke`` needs there
+anyway, and ``install.sh`` takes that tree as its third argument. The bundle records the tree's git
+tree id (content only, so the same on every machine that applied the same set to the same base) and
+``install.sh`` refuses a host tree with another one.
 """
 
 from __future__ import annotations
@@ -190,11 +195,13 @@ class Profile:
 
 @dataclass(frozen=True)
 class SourceTree:
-    """The patched tree's ``python/`` shipped in place of a base wheel that does not fit the host."""
+    """The patched tree's ``python/`` used in place of a base wheel that does not fit the host."""
 
-    path: str  # inside the bundle
+    path: str  # inside the bundle, or where install.sh's third argument points on the host
     files: int
     reason: str
+    tree_id: str | None = None  # git tree id of the patched tree (None: not a git tree)
+    on_host: bool = False  # True: not shipped; the host has the same tree (install.sh's third argument)
 
 
 @dataclass(frozen=True)
@@ -461,52 +468,111 @@ def check_source_tree(tree: Path) -> None:
         raise BadInput(f"{tree} has no python/sglang/", hint="pass --tree with a patched tree (patchkit apply)")
 
 
+_SOURCE_REASON = "the pinned base wheel does not fit the host's Python; the patched tree's python/ goes first on PYTHONPATH instead"
+
+
+def _source_files(python_dir: Path) -> int:
+    return sum(1 for p in python_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _tree_id(tree: Path) -> str | None:
+    """The patched tree's content id (``HEAD^{tree}``): independent of who applied the set, and when."""
+    from patchkit import git
+
+    if not (tree / ".git").exists():
+        return None
+    repo = git.open_repo(tree)
+    head = repo.rev("HEAD")
+    return repo.tree_of(head) if head else None
+
+
 def copy_source_tree(tree: Path, out: Path) -> SourceTree:
     """Copy ``tree/python`` (without caches) to ``out/python``."""
-    source = tree / "python"
     check_source_tree(tree)
-    shutil.copytree(source, out / "python", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    files = sum(1 for p in (out / "python").rglob("*") if p.is_file())
-    return SourceTree("python", files, "the pinned base wheel does not fit the host's Python; "
-                                       "the patched tree's python/ goes first on PYTHONPATH instead")
+    shutil.copytree(tree / "python", out / "python", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return SourceTree("python", _source_files(out / "python"), _SOURCE_REASON, _tree_id(tree))
+
+
+def host_source_tree(tree: Path) -> SourceTree:
+    """``--tree-on-host``: nothing copied; the host's own copy of the same patched tree is used."""
+    check_source_tree(tree)
+    tree_id = _tree_id(tree)
+    if tree_id is None:
+        raise BadInput(f"{tree} is not a git tree, so the host's copy could not be checked against it",
+                       hint="pass the tree patchkit apply wrote, or leave --tree-on-host out to ship its python/")
+    return SourceTree("TREE/python (install.sh's third argument)", _source_files(tree / "python"),
+                      _SOURCE_REASON + "; the host builds the same tree (patchkit base fetch + apply)", tree_id, True)
 
 
 INSTALL_SH = """#!/bin/sh
 # Install this wheelhouse on the host, offline, into SITE; then check the imports.
-# Usage: sh install.sh [PYTHON] [SITE]   (SITE defaults to site/ next to this script)
+# Usage: sh install.sh [PYTHON] [SITE] [TREE]   (SITE defaults to site/ next to this script; TREE: the
+# host's patched sglang tree, needed when the bundle was built with --tree-on-host)
 # --target keeps the host's own packages as they are: ours shadow them only through PYTHONPATH.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 py=${{1:-python3}}
 site=${{2:-$here/site}}
-if [ -s "$here/requirements.lock" ]; then
+checkpath="$site"
+{source_tree}# a second run (with TREE, say) skips pip when SITE already holds exactly this lock
+if cmp -s "$here/requirements.lock" "$site/.patchkit-bundle.lock"; then
+  echo "already installed in $site (same requirements.lock)"
+elif [ -s "$here/requirements.lock" ]; then
   "$py" -m pip install --no-index --no-deps --require-hashes --no-compile --upgrade --target "$site" \\
     --find-links "$here/wheels" -r "$here/requirements.lock"
+  cp "$here/requirements.lock" "$site/.patchkit-bundle.lock"
 fi
 mkdir -p "$site"
-checkpath="$site"
-{source_tree}
 {checks}
 echo "bundle installed into $site; imports checked: {modules}"
 echo "export PYTHONPATH=$site"
 {source_note}"""
 
-_SOURCE_TREE_SH = 'checkpath="$here/python:$site"'
+_SOURCE_TREE_SH = 'checkpath="$here/python:$site"\n'
+# --tree-on-host: the patched tree is the host's own (built there with patchkit, which needs this bundle
+# first), so it is optional here: given, it must be the tree the bundle was built for, checked before
+# anything is installed; not given, the sglang imports wait for a second run with it.
+_HOST_TREE_SH = """tree=${{3:-}}
+if [ -n "$tree" ]; then
+  found=$(git -C "$tree" rev-parse 'HEAD^{{tree}}' 2>/dev/null || echo none)
+  if [ "$found" != "{tree_id}" ]; then
+    echo "install.sh: $tree has git tree $found, but this bundle was built for {tree_id}: apply the same set to the same base there" >&2; exit 2
+  fi
+  checkpath="$tree/python:$site"
+fi
+"""
+_HOST_TREE_CHECKS_SH = """if [ -n "$tree" ]; then
+{checks}
+else
+  echo "not checked yet: {modules} (sglang's source is the host's patched tree: after patchkit base fetch and patchkit apply, run sh install.sh PYTHON SITE TREE)"
+fi"""
 _SOURCE_NOTE_SH = ('echo "sglang comes from $here/python (the patched tree), not from a wheel: '
                    'patchkit smoke puts the target tree\'s python/ first; elsewhere use '
                    'export PYTHONPATH=$here/python:$site"\n')
 
 
-def write_outputs(out: Path, wheels: list[Wheel], check_imports: tuple[str, ...], with_source_tree: bool) -> str:
+def write_outputs(out: Path, wheels: list[Wheel], check_imports: tuple[str, ...], source: SourceTree | None) -> str:
     lock = "".join(f"{w.name}=={w.version} --hash=sha256:{w.sha256}\n" for w in sorted(wheels, key=lambda w: w.name))
     (out / "requirements.lock").write_text(lock)
-    checks = "\n".join(f'PYTHONPATH="$checkpath" "$py" -c "import {m}"' for m in check_imports)
+    def import_lines(modules: tuple[str, ...]) -> str:
+        return "\n".join(f'PYTHONPATH="$checkpath" "$py" -c "import {m}"' for m in modules)
+
+    checks, modules = import_lines(check_imports), " ".join(check_imports)
+    if source is None:
+        source_sh, note_sh = "", ""
+    elif source.on_host:
+        from_tree = tuple(m for m in check_imports if m.split(".")[0] == "sglang")
+        checks = "\n".join(filter(None, [
+            import_lines(tuple(m for m in check_imports if m not in from_tree)),
+            _HOST_TREE_CHECKS_SH.format(checks=import_lines(from_tree), modules=" ".join(from_tree)) if from_tree else ""]))
+        modules = " ".join(m for m in check_imports if m not in from_tree) + f"${{tree:+ {' '.join(from_tree)}}}"
+        source_sh, note_sh = _HOST_TREE_SH.format(tree_id=source.tree_id), ""
+    else:
+        source_sh, note_sh = _SOURCE_TREE_SH, _SOURCE_NOTE_SH
     (out / "install.sh").write_text(INSTALL_SH.format(
-        checks=checks, modules=" ".join(check_imports),
-        source_tree=_SOURCE_TREE_SH if with_source_tree else "",
-        source_note=_SOURCE_NOTE_SH if with_source_tree else ""))
+        checks=checks, modules=modules, source_tree=source_sh, source_note=note_sh))
     (out / "install.sh").chmod(0o755)
-    return "sh install.sh [PYTHON] [SITE]"
+    return "sh install.sh PYTHON SITE [TREE]" if source is not None and source.on_host else "sh install.sh [PYTHON] [SITE]"
 
 
 @dataclass(frozen=True)
@@ -520,10 +586,11 @@ class _Plan:
     slim: dict[str, tuple[SlimRule, ...]]
     check_imports: tuple[str, ...]
     source_tree: Path | None
+    tree_on_host: bool = False
 
 
 def _plan_profile(profile: Profile, set_manifest: manifest_mod.Manifest, host: HostPackages, target: Target,
-                  tree: Path | None, check_imports: tuple[str, ...] | None) -> _Plan:
+                  tree: Path | None, check_imports: tuple[str, ...] | None, tree_on_host: bool) -> _Plan:
     carry, kept, shadowed = split_profile(profile, host)
     if tree is not None:
         check_source_tree(tree)
@@ -534,14 +601,14 @@ def _plan_profile(profile: Profile, set_manifest: manifest_mod.Manifest, host: H
                            location=Location(str(set_manifest.path)),
                            hint="pass --tree PATCHED_TREE: the bundle then ships its python/ instead of the wheel")
         carry = (*carry, f"{base.package}=={base.version}")
-    return _Plan(carry, True, kept, shadowed, profile.slim, check_imports or profile.check_imports, tree)
+    return _Plan(carry, True, kept, shadowed, profile.slim, check_imports or profile.check_imports, tree, tree_on_host)
 
 
 def build_bundle(*, out: Path, requirements: tuple[str, ...], freeze: Path | None, have: tuple[str, ...],
                  target: Target, index_url: str | None = None, find_links: tuple[Path, ...] = (),
                  no_index: bool = False, drop: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
                  check_imports: tuple[str, ...] | None = None, profile: str | None = None,
-                 set_dir: Path | None = None, tree: Path | None = None) -> BundleResult:
+                 set_dir: Path | None = None, tree: Path | None = None, tree_on_host: bool = False) -> BundleResult:
     """Resolve, download, slim, hash and write the bundle; see the module docstring.
 
     Without ``profile``: ``requirements`` with their full dependency closure, host versions held.
@@ -549,6 +616,8 @@ def build_bundle(*, out: Path, requirements: tuple[str, ...], freeze: Path | Non
     """
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"{out} exists and is not empty", hint="choose another --out")
+    if tree_on_host and tree is None:
+        raise BadInput("--tree-on-host needs --tree (the patched tree the host will have)", hint="add --tree TREE")
     versions = read_freeze(freeze) if freeze else {}
     versions.update(dict(parse_have(pin) for pin in have))
     host, excluded = HostPackages(versions), {canonical(e) for e in exclude}
@@ -556,7 +625,10 @@ def build_bundle(*, out: Path, requirements: tuple[str, ...], freeze: Path | Non
         from patchkit.base import resolve_set
 
         set_manifest = manifest_mod.load(resolve_set(set_dir), with_lock=False)
-        plan = _plan_profile(load_profile(set_manifest, profile), set_manifest, host, target, tree, check_imports)
+        plan = _plan_profile(load_profile(set_manifest, profile), set_manifest, host, target, tree, check_imports,
+                             tree_on_host)
+        if tree_on_host:
+            host_source_tree(tree)  # refuse a non-git tree before anything is downloaded
     elif tree is not None:
         raise BadInput("--tree only goes with --profile", hint="add --profile NAME, or leave --tree out")
     else:
@@ -570,13 +642,19 @@ def build_bundle(*, out: Path, requirements: tuple[str, ...], freeze: Path | Non
     files = download(wanted, target, index, out / "wheels") if wanted else {}
     rules = _merge_rules(plan.slim, parse_drop_rules(drop))
     wheels = [_slimmed(files[item.name], item, rules.get(item.name, ())) for item in wanted]
-    source_tree = copy_source_tree(plan.source_tree, out) if plan.source_tree else None
-    command = write_outputs(out, wheels, plan.check_imports, source_tree is not None)
+    source_tree = _source_for(plan, out)
+    command = write_outputs(out, wheels, plan.check_imports, source_tree)
     result = BundleResult("bundle", True, out, target.python_version, target.platforms, plan.requirements,
                           tuple(wheels), skipped, tuple(sorted(excluded)), command, profile, plan.shadowed,
                           source_tree)
     (out / "bundle.json").write_text(json.dumps(result.payload(), indent=2) + "\n")
     return result
+
+
+def _source_for(plan: _Plan, out: Path) -> SourceTree | None:
+    if plan.source_tree is None:
+        return None
+    return host_source_tree(plan.source_tree) if plan.tree_on_host else copy_source_tree(plan.source_tree, out)
 
 
 def _slimmed(path: Path, item: Resolved, rules: tuple[SlimRule, ...]) -> Wheel:

@@ -242,9 +242,12 @@ def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_toke
 @set_option
 @click.option("--tree", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Patched tree whose python/ the bundle ships instead of the base wheel (--profile).")
+@click.option("--tree-on-host", is_flag=True,
+              help="With --tree: ship no source; the host applies the set itself and install.sh checks "
+                   "that its tree is this one (sh install.sh PYTHON SITE TREE).")
 @json_option
 def bundle(out, freeze, have, python_version, platforms, requirements, index_url, find_links, no_index, drop,
-           exclude, check_imports, profile, set_dir, tree, as_json) -> None:
+           exclude, check_imports, profile, set_dir, tree, tree_on_host, as_json) -> None:
     """Build an offline wheelhouse for a GPU host from the packages it already has."""
     from patchkit.bundle import Target, build_bundle
 
@@ -252,7 +255,7 @@ def bundle(out, freeze, have, python_version, platforms, requirements, index_url
         out=out, requirements=tuple(requirements), freeze=freeze, have=tuple(have),
         target=Target(python_version, tuple(platforms)), index_url=index_url, find_links=tuple(find_links),
         no_index=no_index, drop=tuple(drop), exclude=tuple(exclude), check_imports=tuple(check_imports) or None,
-        profile=profile, set_dir=set_dir, tree=tree))
+        profile=profile, set_dir=set_dir, tree=tree, tree_on_host=tree_on_host))
 
 
 @cli.command()

@@ -198,9 +198,13 @@ def _human_bundle(result: BundleResult) -> None:
                      f"{', '.join(result.shadowed_host_packages)}", markup=False)
     if result.excluded:
         stdout.print(f"excluded: {', '.join(result.excluded)}", markup=False)
-    if result.source_tree:
-        stdout.print(f"sglang travels as the patched tree's {result.source_tree.path}/ "
-                     f"({result.source_tree.files} files), not as a wheel: {result.source_tree.reason}", markup=False)
+    source = result.source_tree
+    if source and source.on_host:
+        stdout.print(f"sglang's source does not travel: the host's patched tree ({source.files} files in python/, "
+                     f"git tree {source.tree_id}) is install.sh's third argument; {source.reason}", markup=False)
+    elif source:
+        stdout.print(f"sglang travels as the patched tree's {source.path}/ "
+                     f"({source.files} files), not as a wheel: {source.reason}", markup=False)
     stdout.print(f"copy {result.out} to the host, then run there: {result.install_command} "
                  f"(inside {result.out.name}/); it prints the export PYTHONPATH line", markup=False)
 

@@ -145,13 +145,18 @@ def host_venv(tmp_path: Path, pip_only: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def run_install(out: Path, host_python: Path, site: Path, *more: Path | str, home: Path) -> subprocess.CompletedProcess:
+    """The bundle's install.sh as the host runs it (offline, no PYTHONPATH)."""
+    env = {**clean_environ(), "HOME": str(home / "home"), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(["sh", str(out / "install.sh"), str(host_python), str(site), *map(str, more)],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
 def install_on_host(tmp_path: Path, out: Path, host_python: Path):
     """Run the bundle's install.sh with ``host_python`` as the host's, SITE under tmp_path."""
     site = tmp_path / "site"
-    env = {**clean_environ(), "HOME": str(tmp_path / "home"), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
-    env.pop("PYTHONPATH", None)
-    installed = subprocess.run(["sh", str(out / "install.sh"), str(host_python), str(site)],
-                               capture_output=True, text=True, env=env, timeout=300)
+    installed = run_install(out, host_python, site, home=tmp_path)
     assert installed.returncode == 0, installed.stderr
     return installed, site
 
@@ -289,7 +294,8 @@ def test_profile_ships_the_tree_and_shadows_a_conflicting_host_version(tmp_path,
     assert "sglang" not in {w["name"] for w in result["wheels"]}
     assert ("transformers", "5.6.0") in {(w["name"], w["version"]) for w in result["wheels"]}
     assert result["shadowed_host_packages"] == ["transformers==5.17.0 (needs ==5.6.0)"]
-    assert result["source_tree"] == {"path": "python", "files": 2, "reason": result["source_tree"]["reason"]}
+    assert result["source_tree"] == {"path": "python", "files": 2, "reason": result["source_tree"]["reason"],
+                                     "tree_id": None, "on_host": False}
     assert not (out / "python" / "sglang" / "__pycache__").exists()
 
     venv_python = host_venv(tmp_path, pip_only)
@@ -304,6 +310,64 @@ def test_profile_ships_the_tree_and_shadows_a_conflicting_host_version(tmp_path,
     assert subprocess.run(version, capture_output=True, text=True, env=env).stdout.strip() == "5.17.0"
     shadowed = subprocess.run(version, capture_output=True, text=True, env={**env, "PYTHONPATH": str(site)})
     assert shadowed.stdout.strip() == "5.6.0"
+
+
+def git_tree(path: Path, files: dict[str, str]) -> str:
+    """A committed git tree holding ``files``; returns its tree id."""
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    if not (path / ".git").exists():
+        subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "patched"], check=True)
+    return subprocess.run([*git, "rev-parse", "HEAD^{tree}"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_tree_on_host_ships_no_source_and_install_checks_the_hosts_tree(tmp_path, index, pip_only):
+    sources = {"python/sglang/__init__.py": "PATCHED = True\n",
+               "python/sglang/launch_server.py": "import transformers\n"}
+    built = tmp_path / "tree"
+    tree_id = git_tree(built, sources)
+    out = tmp_path / "bundle"
+    done, doc = run_bundle(tmp_path, index, "--out", str(out), "--set", str(profile_set(tmp_path)), "--profile", "srv",
+                           "--python-version", "3.12", "--tree", str(built), "--tree-on-host")
+    assert done.returncode == 0, done.stderr
+    assert doc["result"]["source_tree"]["on_host"] is True and doc["result"]["source_tree"]["tree_id"] == tree_id
+    assert doc["result"]["source_tree"]["files"] == 2 and not (out / "python").exists()
+    assert doc["result"]["install_command"] == "sh install.sh PYTHON SITE [TREE]"
+
+    venv_python = host_venv(tmp_path, pip_only)
+    # first run, before the host has its tree (patchkit needs the bundle to build it): sglang waits
+    first, site = install_on_host(tmp_path, out, venv_python)
+    assert "not checked yet: sglang sglang.launch_server" in first.stdout
+    assert "imports checked: sgl_kernel transformers\n" in first.stdout
+
+    host_tree = tmp_path / "host-tree"  # the host applies the same set: same content, another commit
+    assert git_tree(host_tree, sources) == tree_id
+    second = run_install(out, venv_python, site, host_tree, home=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "imports checked: sgl_kernel transformers sglang sglang.launch_server" in second.stdout
+    assert f"already installed in {site}" in second.stdout  # the first run's install is kept
+
+    git_tree(host_tree, {"python/sglang/__init__.py": "PATCHED = False\n"})  # another set, or a drifted tree
+    shutil.rmtree(site)
+    third = run_install(out, venv_python, site, host_tree, home=tmp_path)
+    assert third.returncode == 2 and f"this bundle was built for {tree_id}" in third.stderr
+    assert not site.exists()  # refused before anything was installed
+
+
+def test_tree_on_host_needs_a_git_tree(tmp_path, index):
+    plain = tmp_path / "plain"
+    (plain / "python" / "sglang").mkdir(parents=True)
+    for extra in ([], ["--tree", str(plain)]):
+        done, doc = run_bundle(tmp_path, index, "--out", str(tmp_path / "b"), "--set",
+                               str(tmp_path / "set" if (tmp_path / "set").exists() else profile_set(tmp_path)),
+                               "--profile", "srv", "--python-version", "3.12", "--tree-on-host", *extra)
+        assert done.returncode == 2
+        assert ("not a git tree" if extra else "--tree-on-host needs --tree") in doc["error"]["message"]
+        assert not (tmp_path / "b").exists()
 
 
 def test_unknown_profile_and_slim_entry_without_reason_are_bad_input(tmp_path, index):

@@ -262,12 +262,14 @@ def bundle(out, freeze, have, python_version, platforms, requirements, index_url
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Directory that receives target/ and draft/.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--heads", type=int, default=4, show_default=True,
+              help="Attention heads of both models (a multiple of 2; tensor parallel size N needs a multiple of N).")
 @json_option
-def testmodels(out, seed, as_json) -> None:
+def testmodels(out, seed, heads, as_json) -> None:
     """Write a tiny random Qwen3 target and a matching DFlash draft (no tokenizer; use input ids)."""
     from patchkit.testmodels import write_test_models
 
-    run_command("testmodels", as_json, lambda: write_test_models(out, seed))
+    run_command("testmodels", as_json, lambda: write_test_models(out, seed, heads=heads))
 
 
 def main() -> None:

@@ -26,6 +26,13 @@ keeps its distribution peaked but not one-hot.
 Measured with a plain-torch reference forward (tests/testmodels/reference.py), seed 0, defaults: greedy
 outputs follow ``f`` about 80% of the time (the draft's first guess is right there) and the rest jump
 elsewhere (the walk leaves the tree); no output is constant.
+
+``--heads N`` (default 4; a multiple of the 2 KV heads) widens both models' attention for tensor
+parallelism: SGLang splits attention heads over the ranks, so tp 8 needs 8. The extra query heads of the
+draft's copy attention stay zero; the target's noise heads are all random, and their sum pushes harder
+the more heads there are, so ``noise`` is scaled by sqrt(4 / N), which keeps the share of walks that
+leave the cycle about where 4 heads have it (measured with the reference forward: 8 heads with the
+unscaled noise made one of the test prompts fall into a 4-token loop).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from patchkit.results import CommandResult
 
 VOCAB = 512
 HIDDEN = 256
-HEADS = 4
+HEADS = 4  # default; --heads picks another multiple of KV_HEADS
 KV_HEADS = 2
 HEAD_DIM = 64
 INTERMEDIATE = 512
@@ -146,12 +153,12 @@ def _norms(torch) -> dict[str, object]:
     }
 
 
-def _zero_attention(torch) -> dict[str, object]:
+def _zero_attention(torch, heads: int) -> dict[str, object]:
     return {
-        "self_attn.q_proj.weight": torch.zeros(HEADS * HEAD_DIM, HIDDEN),
+        "self_attn.q_proj.weight": torch.zeros(heads * HEAD_DIM, HIDDEN),
         "self_attn.k_proj.weight": torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN),
         "self_attn.v_proj.weight": torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN),
-        "self_attn.o_proj.weight": torch.zeros(HIDDEN, HEADS * HEAD_DIM),
+        "self_attn.o_proj.weight": torch.zeros(HIDDEN, heads * HEAD_DIM),
     }
 
 
@@ -163,32 +170,32 @@ def _zero_mlp(torch) -> dict[str, object]:
     }
 
 
-def _noise_attention(torch, gen, noise: float) -> dict[str, object]:
+def _noise_attention(torch, gen, noise: float, heads: int) -> dict[str, object]:
     """Random context mixing over A, written into B: the context-dependent push."""
     a = slice(A_DIMS.start, A_DIMS.stop)
-    q = torch.zeros(HEADS * HEAD_DIM, HIDDEN)
+    q = torch.zeros(heads * HEAD_DIM, HIDDEN)
     k = torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN)
     v = torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN)
-    q[:, a] = torch.randn(HEADS * HEAD_DIM, len(A_DIMS), generator=gen)
+    q[:, a] = torch.randn(heads * HEAD_DIM, len(A_DIMS), generator=gen)
     k[:, a] = torch.randn(KV_HEADS * HEAD_DIM, len(A_DIMS), generator=gen)
     v[:, a] = torch.randn(KV_HEADS * HEAD_DIM, len(A_DIMS), generator=gen) / math.sqrt(len(A_DIMS))
-    o = torch.zeros(HIDDEN, HEADS * HEAD_DIM)
-    o[B_DIMS.start:B_DIMS.stop] = torch.randn(len(B_DIMS), HEADS * HEAD_DIM, generator=gen) * noise / math.sqrt(HEADS * HEAD_DIM)
+    o = torch.zeros(HIDDEN, heads * HEAD_DIM)
+    o[B_DIMS.start:B_DIMS.stop] = torch.randn(len(B_DIMS), heads * HEAD_DIM, generator=gen) * noise / math.sqrt(heads * HEAD_DIM)
     return {"self_attn.q_proj.weight": q, "self_attn.k_proj.weight": k, "self_attn.v_proj.weight": v,
             "self_attn.o_proj.weight": o}
 
 
-def target_weights(torch, gen, shared: _Shared, noise: float) -> dict[str, object]:
+def target_weights(torch, gen, shared: _Shared, noise: float, heads: int = HEADS) -> dict[str, object]:
     weights = {"model.embed_tokens.weight": shared.embed, "model.norm.weight": torch.ones(HIDDEN),
                "lm_head.weight": shared.lm_head}
     for layer in range(TARGET_LAYERS):
         parts = {**_norms(torch)}
         if layer == 0:
-            parts.update(_zero_attention(torch))
+            parts.update(_zero_attention(torch, heads))
             # Input: A (unit) + real flag (1), so the norm scales A to sqrt(HIDDEN / 2).
             parts.update(_lookup_mlp(torch, shared, a_norm=math.sqrt(HIDDEN / 2), out_scale=1.0))
         else:
-            parts.update(_noise_attention(torch, gen, noise))
+            parts.update(_noise_attention(torch, gen, noise, heads))
             parts.update(_zero_mlp(torch))
         weights.update({f"model.layers.{layer}.{name}": tensor for name, tensor in parts.items()})
     return weights
@@ -199,20 +206,20 @@ COPY_GAIN = 4.0
 DRAFT_VOTE = 100.0
 
 
-def _copy_attention(torch) -> dict[str, object]:
+def _copy_attention(torch, heads: int) -> dict[str, object]:
     """Mask positions attend to the bonus token and copy its identity (A) into A."""
-    q = torch.zeros(HEADS * HEAD_DIM, HIDDEN)
+    q = torch.zeros(heads * HEAD_DIM, HIDDEN)
     k = torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN)
-    for head in range(HEADS):
+    for head in range(heads):
         q[head * HEAD_DIM + SLOW_ROPE_DIM, MASK_FLAG] = 1.0
     for head in range(KV_HEADS):
         k[head * HEAD_DIM + SLOW_ROPE_DIM, REAL_FLAG] = 1.0
     v = torch.zeros(KV_HEADS * HEAD_DIM, HIDDEN)
-    o = torch.zeros(HIDDEN, HEADS * HEAD_DIM)
+    o = torch.zeros(HIDDEN, heads * HEAD_DIM)
     for i, dim in enumerate(A_DIMS):  # kv head 0 carries A[0:64], kv head 1 carries A[64:96]
         kv_head, slot = divmod(i, HEAD_DIM)
         v[kv_head * HEAD_DIM + slot, dim] = 1.0
-        q_head = kv_head * (HEADS // KV_HEADS)  # the first query head that reads this kv head
+        q_head = kv_head * (heads // KV_HEADS)  # the first query head that reads this kv head
         o[dim, q_head * HEAD_DIM + slot] = COPY_GAIN
     q_norm = torch.ones(HEAD_DIM)
     q_norm[SLOW_ROPE_DIM] = 4.0  # sharp attention: score 8 * 4 * 4 / 8 * 8 = 128 on the bonus token
@@ -221,11 +228,11 @@ def _copy_attention(torch) -> dict[str, object]:
             "self_attn.k_norm.weight": q_norm.clone()}
 
 
-def draft_weights(torch, shared: _Shared, temperature: float) -> dict[str, object]:
+def draft_weights(torch, shared: _Shared, temperature: float, heads: int = HEADS) -> dict[str, object]:
     # After the copy, A holds the bonus identity at COPY_GAIN * sqrt(HIDDEN / 2) next to the mask flag (1):
     # the norm leaves A at almost full length, sqrt(HIDDEN).
     lookup = _lookup_mlp(torch, shared, a_norm=math.sqrt(HIDDEN), out_scale=DRAFT_VOTE)
-    layer = {**_norms(torch), **_copy_attention(torch), **lookup}
+    layer = {**_norms(torch), **_copy_attention(torch, heads), **lookup}
     weights = {f"layers.0.{name}": tensor for name, tensor in layer.items()}
     weights["norm.weight"] = torch.full((HIDDEN,), 1.0 / temperature)
     weights["fc.weight"] = torch.zeros(HIDDEN, HIDDEN)  # context features carry nothing the draft uses
@@ -233,10 +240,10 @@ def draft_weights(torch, shared: _Shared, temperature: float) -> dict[str, objec
     return weights
 
 
-def _common_config() -> dict:
+def _common_config(heads: int) -> dict:
     return {
         "model_type": "qwen3", "vocab_size": VOCAB, "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
-        "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
+        "num_attention_heads": heads, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
         "hidden_act": "silu", "max_position_embeddings": 4096, "rms_norm_eps": RMS_EPS,
         "rope_theta": ROPE_THETA, "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16", "bos_token_id": EOS_TOKEN,
@@ -245,13 +252,13 @@ def _common_config() -> dict:
     }
 
 
-def target_config() -> dict:
-    return {"architectures": ["Qwen3ForCausalLM"], **_common_config(), "num_hidden_layers": TARGET_LAYERS,
+def target_config(heads: int = HEADS) -> dict:
+    return {"architectures": ["Qwen3ForCausalLM"], **_common_config(heads), "num_hidden_layers": TARGET_LAYERS,
             "max_window_layers": TARGET_LAYERS}
 
 
-def draft_config() -> dict:
-    return {"architectures": ["DFlashDraftModel"], **_common_config(), "num_hidden_layers": DRAFT_LAYERS,
+def draft_config(heads: int = HEADS) -> dict:
+    return {"architectures": ["DFlashDraftModel"], **_common_config(heads), "num_hidden_layers": DRAFT_LAYERS,
             "num_target_layers": TARGET_LAYERS, "block_size": BLOCK_SIZE,
             "dflash_config": {"mask_token_id": MASK_TOKEN, "target_layer_ids": [CAPTURE_LAYER]}}
 
@@ -284,21 +291,32 @@ def _write_model(directory: Path, config: dict, weights: dict[str, object]) -> N
     write_safetensors(directory / "model.safetensors", weights)
 
 
-def build_weights(seed: int, noise: float = 0.5, draft_temperature: float = 1.5):
+def check_heads(heads: int) -> None:
+    if heads < KV_HEADS or heads % KV_HEADS:
+        raise BadInput(f"--heads {heads}: attention heads must be a positive multiple of the {KV_HEADS} KV heads",
+                       hint=f"for tensor parallel size N pass a multiple of both N and {KV_HEADS}, e.g. --heads 8 for tp 8")
+
+
+def build_weights(seed: int, noise: float = 0.5, draft_temperature: float = 1.5, heads: int = HEADS):
     """The target and draft weight dicts (float32) and the lookup function f, from one seed."""
+    check_heads(heads)
     torch = _torch()
     gen = torch.Generator().manual_seed(seed)
     shared = _shared(torch, gen)
-    return target_weights(torch, gen, shared, noise), draft_weights(torch, shared, draft_temperature), shared.f
+    # More random heads push harder in sum; sqrt(HEADS / heads) keeps the push about as strong as 4 heads'.
+    target = target_weights(torch, gen, shared, noise * math.sqrt(HEADS / heads), heads)
+    return target, draft_weights(torch, shared, draft_temperature, heads), shared.f
 
 
-def write_test_models(out: Path, seed: int = 0, noise: float = 0.5, draft_temperature: float = 1.5) -> TestModelsResult:
+def write_test_models(out: Path, seed: int = 0, noise: float = 0.5, draft_temperature: float = 1.5,
+                      heads: int = HEADS) -> TestModelsResult:
     """Write ``out/target`` and ``out/draft``; refuses to overwrite non-empty directories."""
+    check_heads(heads)
     target_dir, draft_dir = out / "target", out / "draft"
     for directory in (target_dir, draft_dir):
         if directory.exists() and any(directory.iterdir()):
             raise BadInput(f"{directory} exists and is not empty", hint="choose another --out")
-    target, draft, _f = build_weights(seed, noise, draft_temperature)
-    _write_model(target_dir, target_config(), target)
-    _write_model(draft_dir, draft_config(), draft)
+    target, draft, _f = build_weights(seed, noise, draft_temperature, heads)
+    _write_model(target_dir, target_config(heads), target)
+    _write_model(draft_dir, draft_config(heads), draft)
     return TestModelsResult("testmodels", True, target_dir, draft_dir, seed, VOCAB, BLOCK_SIZE, MASK_TOKEN)

@@ -7,7 +7,8 @@ Steps, each kept under ``--out`` (default ``.patchkit/logs/tp<N>-<time>/``):
 
 1. preflight: ``nvidia-smi`` GPU list (``preflight.txt``); the models must split over N ranks
    (attention heads divisible by N; KV heads dividing or divisible by N), else the smoke is not run;
-2. ``patchkit testmodels`` (unless ``--model``/``--draft-model`` are given) -> ``testmodels/``;
+2. ``patchkit testmodels --heads H`` (unless ``--model``/``--draft-model`` are given) -> ``testmodels/``,
+   H = 4, or the least common multiple of 4 and N where 4 heads cannot split over N ranks (8 for tp 8);
 3. ``patchkit smoke --gpus N --json`` with the set's profile -> ``smoke.out``, ``smoke-logs/``; then
    (N > 1, unless ``--no-tp1``) the same at ``--gpus 1`` -> ``smoke-tp1.out``: per-prompt accept lengths of
    tp 1 and tp N side by side, as information;
@@ -25,6 +26,7 @@ import argparse
 import datetime
 import functools
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -137,6 +139,11 @@ def tp_misfits(config: dict, tp: int) -> list[str]:
     return problems
 
 
+def test_model_heads(tp: int) -> int:
+    """Attention heads for ``patchkit testmodels`` at tp N: the default 4 where it splits, else lcm(4, N)."""
+    return 4 if 4 % tp == 0 else math.lcm(4, tp)
+
+
 def model_misfits(models: dict[str, Path], tp: int) -> list[str]:
     problems = []
     for role, path in models.items():
@@ -233,8 +240,8 @@ def run_all(args: argparse.Namespace) -> dict:
         models = {"target": args.model, "draft": args.draft_model}
         server_args = args.server_args or []
     else:
-        step = run_step("testmodels", patchkit(args, "testmodels", "--out", str(out / "testmodels"), "--json"),
-                        out, args.timeout)
+        step = run_step("testmodels", patchkit(args, "testmodels", "--out", str(out / "testmodels"), "--heads",
+                                               str(test_model_heads(args.gpus)), "--json"), out, args.timeout)
         summary["testmodels"] = step["exit_code"]
         models = {"target": out / "testmodels" / "target", "draft": out / "testmodels" / "draft"}
         server_args = args.server_args if args.server_args is not None else list(TEST_MODEL_SERVER_ARGS)

@@ -92,9 +92,13 @@ def test_smoke_step_runs_patchkit_smoke_and_reads_its_verdict(tmp_path, ddtree_u
 
 
 def test_models_that_cannot_split_over_n_ranks_block_the_smoke(tmp_path, ddtree_utils_path):
-    """The tiny test models have 4 attention heads: SGLang asserts heads % tp == 0, so tp 8 cannot run."""
+    """Given 4-head models, tp 8 cannot run: SGLang asserts heads % tp == 0, so the smoke is not started."""
+    models = tmp_path / "models"
+    subprocess.run([sys.executable, "-m", "patchkit", "testmodels", "--out", str(models)], check=True,
+                   capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     out = tmp_path / "out"
-    done = run_tp(tmp_path, "8", "--ddtree-utils", str(ddtree_utils_path), "--out", str(out), timeout=120)
+    done = run_tp(tmp_path, "8", "--ddtree-utils", str(ddtree_utils_path), "--out", str(out), "--model",
+                  str(models / "target"), "--draft-model", str(models / "draft"), timeout=120)
     summary = json.loads((out / "summary.json").read_text())
     assert done.returncode == 1
     assert summary["smoke"]["ran"] is False and summary["smoke"]["lossless"] is False
@@ -103,6 +107,23 @@ def test_models_that_cannot_split_over_n_ranks_block_the_smoke(tmp_path, ddtree_
     assert summary["trees"]["equal"] is False  # no 8 GPUs here: the tree check refuses, it does not pass
     assert "models split over 8 ranks: NO: target (" in done.stdout
     assert done.stdout.strip().endswith("verdict: FAIL")
+
+
+def test_at_tp_8_the_test_models_get_8_heads_and_split(tmp_path, ddtree_utils_path):
+    out = tmp_path / "out"
+    done = run_tp(tmp_path, "8", "--device", "cpu", "--ddtree-utils", str(ddtree_utils_path), "--vocab", "1001",
+                  "--out", str(out), timeout=600)
+    summary = json.loads((out / "summary.json").read_text())
+    for role in ("target", "draft"):
+        config = json.loads((out / "testmodels" / role / "config.json").read_text())
+        assert (config["num_attention_heads"], config["num_key_value_heads"]) == (8, 2)
+    assert summary["model_misfits"] == [] and "models split over 8 ranks: yes" in done.stdout
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("tp, heads", [(1, 4), (2, 4), (4, 4), (8, 8), (6, 12), (16, 16)])
+def test_test_model_heads(tp, heads):
+    assert load_run_tp().test_model_heads(tp) == heads
 
 
 def load_run_tp():

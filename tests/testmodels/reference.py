@@ -25,18 +25,19 @@ def rope(x, positions):
 def attention(w, prefix, xn, positions, mask, extra_kv=None):
     """Self-attention of the rows of ``xn``; ``mask[i, j]`` says whether row i sees key j."""
     n = xn.shape[0]
-    q = (xn @ w[f"{prefix}self_attn.q_proj.weight"].T).view(n, tm.HEADS, tm.HEAD_DIM)
+    heads = w[f"{prefix}self_attn.q_proj.weight"].shape[0] // tm.HEAD_DIM  # --heads: read off the weights
+    q = (xn @ w[f"{prefix}self_attn.q_proj.weight"].T).view(n, heads, tm.HEAD_DIM)
     k = (xn @ w[f"{prefix}self_attn.k_proj.weight"].T).view(n, tm.KV_HEADS, tm.HEAD_DIM)
     v = (xn @ w[f"{prefix}self_attn.v_proj.weight"].T).view(n, tm.KV_HEADS, tm.HEAD_DIM)
     q = rope(rms(q, w[f"{prefix}self_attn.q_norm.weight"]), positions)
     k = rope(rms(k, w[f"{prefix}self_attn.k_norm.weight"]), positions)
     if extra_kv is not None:  # context keys/values in front (the draft's context cache)
         k, v = torch.cat([extra_kv[0], k]), torch.cat([extra_kv[1], v])
-    group = tm.HEADS // tm.KV_HEADS
+    group = heads // tm.KV_HEADS
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q, k) / tm.HEAD_DIM**0.5
     scores = scores.masked_fill(~mask[None], float("-inf"))
-    out = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(n, tm.HEADS * tm.HEAD_DIM)
+    out = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(n, heads * tm.HEAD_DIM)
     return out @ w[f"{prefix}self_attn.o_proj.weight"].T
 
 

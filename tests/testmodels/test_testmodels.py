@@ -102,8 +102,26 @@ def test_refuses_to_overwrite(written):
     assert done.returncode == 2 and "exists and is not empty" in done.stderr
 
 
-def test_greedy_walks_vary_and_the_draft_is_often_but_not_always_right():
-    target, draft, f = tm.build_weights(0)
+def test_heads_option_widens_both_models_and_refuses_a_bad_count(tmp_path):
+    env = {"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}
+    cli = [sys.executable, "-m", "patchkit", "testmodels", "--json"]
+    done = subprocess.run([*cli, "--out", str(tmp_path / "m8"), "--heads", "8"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    for role, prefix in (("target", "model.layers.1."), ("draft", "layers.0.")):
+        config = json.loads((tmp_path / "m8" / role / "config.json").read_text())
+        assert (config["num_attention_heads"], config["num_key_value_heads"]) == (8, tm.KV_HEADS)
+        weights = read_safetensors(tmp_path / "m8" / role / "model.safetensors")
+        assert weights[f"{prefix}self_attn.q_proj.weight"].shape == (8 * tm.HEAD_DIM, tm.HIDDEN)
+        assert weights[f"{prefix}self_attn.o_proj.weight"].shape == (tm.HIDDEN, 8 * tm.HEAD_DIM)
+    bad = subprocess.run([*cli, "--out", str(tmp_path / "m3"), "--heads", "3"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "--heads 3: attention heads must be a positive multiple" in bad.stdout + bad.stderr
+    assert not (tmp_path / "m3").exists()
+
+
+@pytest.mark.parametrize("heads", [4, 8])
+def test_greedy_walks_vary_and_the_draft_is_often_but_not_always_right(heads):
+    target, draft, f = tm.build_weights(0, heads=heads)
+    assert target["model.layers.1.self_attn.q_proj.weight"].shape[0] == heads * tm.HEAD_DIM
     right = wrong = 0
     for prompt in ([195], [15, 86, 225, 90, 253, 77, 24, 186], [7, 8, 9] * 4):
         out = ref.greedy(target, prompt, 10)

@@ -551,26 +551,31 @@ _SOURCE_NOTE_SH = ('echo "sglang comes from $here/python (the patched tree), not
                    'export PYTHONPATH=$here/python:$site"\n')
 
 
+def _import_checks(modules: tuple[str, ...]) -> str:
+    return "\n".join(f'PYTHONPATH="$checkpath" "$py" -c "import {m}"' for m in modules)
+
+
+def _install_parts(check_imports: tuple[str, ...], source: SourceTree | None) -> dict[str, str]:
+    """install.sh's variable parts for how sglang's source reaches the host (wheel, shipped, host's tree)."""
+    parts = {"source_tree": "", "checks": _import_checks(check_imports), "modules": " ".join(check_imports),
+             "source_note": ""}
+    if source is not None and not source.on_host:
+        parts.update(source_tree=_SOURCE_TREE_SH, source_note=_SOURCE_NOTE_SH)
+    elif source is not None:  # the sglang imports need the host's tree, which may not exist yet
+        from_tree = tuple(m for m in check_imports if m.split(".")[0] == "sglang")
+        others = tuple(m for m in check_imports if m not in from_tree)
+        checks, modules = _import_checks(others), " ".join(others)
+        if from_tree:
+            checks += "\n" + _HOST_TREE_CHECKS_SH.format(checks=_import_checks(from_tree), modules=" ".join(from_tree))
+            modules += f"${{tree:+ {' '.join(from_tree)}}}"
+        parts.update(source_tree=_HOST_TREE_SH.format(tree_id=source.tree_id), checks=checks, modules=modules)
+    return parts
+
+
 def write_outputs(out: Path, wheels: list[Wheel], check_imports: tuple[str, ...], source: SourceTree | None) -> str:
     lock = "".join(f"{w.name}=={w.version} --hash=sha256:{w.sha256}\n" for w in sorted(wheels, key=lambda w: w.name))
     (out / "requirements.lock").write_text(lock)
-    def import_lines(modules: tuple[str, ...]) -> str:
-        return "\n".join(f'PYTHONPATH="$checkpath" "$py" -c "import {m}"' for m in modules)
-
-    checks, modules = import_lines(check_imports), " ".join(check_imports)
-    if source is None:
-        source_sh, note_sh = "", ""
-    elif source.on_host:
-        from_tree = tuple(m for m in check_imports if m.split(".")[0] == "sglang")
-        checks = "\n".join(filter(None, [
-            import_lines(tuple(m for m in check_imports if m not in from_tree)),
-            _HOST_TREE_CHECKS_SH.format(checks=import_lines(from_tree), modules=" ".join(from_tree)) if from_tree else ""]))
-        modules = " ".join(m for m in check_imports if m not in from_tree) + f"${{tree:+ {' '.join(from_tree)}}}"
-        source_sh, note_sh = _HOST_TREE_SH.format(tree_id=source.tree_id), ""
-    else:
-        source_sh, note_sh = _SOURCE_TREE_SH, _SOURCE_NOTE_SH
-    (out / "install.sh").write_text(INSTALL_SH.format(
-        checks=checks, modules=modules, source_tree=source_sh, source_note=note_sh))
+    (out / "install.sh").write_text(INSTALL_SH.format(**_install_parts(check_imports, source)))
     (out / "install.sh").chmod(0o755)
     return "sh install.sh PYTHON SITE [TREE]" if source is not None and source.on_host else "sh install.sh [PYTHON] [SITE]"
 

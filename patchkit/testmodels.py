@@ -28,8 +28,9 @@ outputs follow ``f`` about 80% of the time (the draft's first guess is right the
 elsewhere (the walk leaves the tree); no output is constant.
 
 ``--heads N`` (default 4; a multiple of the 2 KV heads) widens both models' attention for tensor
-parallelism: SGLang splits attention heads over the ranks, so tp 8 needs 8. The extra query heads of the
-draft's copy attention stay zero; the target's noise heads are all random, and their sum pushes harder
+parallelism: SGLang splits attention heads over the ranks, so tp 8 needs 8. The draft's copy attention
+writes out only the first query head of each KV group, so its extra heads change nothing; the target's
+noise heads are all random, and their sum pushes harder
 the more heads there are, so ``noise`` is scaled by sqrt(4 / N), which keeps the share of walks that
 leave the cycle about where 4 heads have it (measured with the reference forward: 8 heads with the
 unscaled noise made one of the test prompts fall into a 4-token loop).

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from test_tree_builder import assert_matches_heap, draft_logits
+from test_vocab_parallel_shards import TREE_FIELDS
 
-FIELDS = ("node_token_ids", "depths", "parents", "num_nodes", "visibility")
 REGIMES = ("gaussian", "spiky", "integer", "bf16", "saturated")
 _fresh_loads = 0
 
@@ -45,7 +45,7 @@ def must_not_run(*args, **kwargs):
 
 
 def assert_same_tree(actual, expected) -> None:
-    for field in FIELDS:
+    for field in TREE_FIELDS:
         a, e = getattr(actual, field), getattr(expected, field)
         assert a.dtype == e.dtype, field
         assert a.shape == e.shape, field

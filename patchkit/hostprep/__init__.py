@@ -1,0 +1,1 @@
+"""Preparing a GPU host: offline bundles and arranged test models."""

@@ -29,9 +29,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "verify"))
 
 from checks.registry import GATES  # noqa: E402
-from patchkit.envs import verify_interpreter  # noqa: E402
-from patchkit.gates import Severity, VerifyContext  # noqa: E402
-from patchkit.verify import build_context  # noqa: E402
+from patchkit.verify.envs import verify_interpreter  # noqa: E402
+from patchkit.verify.api import Severity, VerifyContext  # noqa: E402
+from patchkit.verify.run import build_context  # noqa: E402
 
 
 def timed(call) -> tuple[float, object]:

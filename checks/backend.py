@@ -31,9 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchkit import envs, proc, tomlfile
+from patchkit import proc, tomlfile
+
+from patchkit.verify import envs
 from patchkit.errors import BadInput, Location
-from patchkit.gates import Example, Finding, Severity, VerifyContext
+from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 
 NAME = "backend"
 DESCRIPTION = "the tree's ServerArgs resolves DDTREE to tree-mask-safe backends and widths on simulated GPUs"

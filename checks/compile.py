@@ -17,9 +17,9 @@ from pathlib import Path
 
 from patchkit import proc
 from patchkit.errors import BadInput, location
-from patchkit.envs import find_interpreter
-from patchkit.gates import Example, Finding, Severity, VerifyContext
-from patchkit.resultcache import ResultCache, key_of, sha256_bytes
+from patchkit.verify.envs import find_interpreter
+from patchkit.verify.api import Example, Finding, Severity, VerifyContext
+from patchkit.verify.cache import ResultCache, key_of, sha256_bytes
 
 NAME = "compile"
 DESCRIPTION = "touched .py files compile on every target Python version"

@@ -33,8 +33,8 @@ from pathlib import Path
 
 
 from patchkit import tomlfile
-from patchkit.gates import Example, Finding, Severity, VerifyContext
-from patchkit.pyindex import PyIndex, scan, settings_from_manifest
+from patchkit.verify.api import Example, Finding, Severity, VerifyContext
+from patchkit.verify.facts import PyIndex, scan, settings_from_manifest
 
 NAME = "dispatch"
 DESCRIPTION = "every branch on the speculative algorithm is declared handled, rejected or not applicable"

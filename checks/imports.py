@@ -21,9 +21,9 @@ from typing import Any
 
 from patchkit import proc
 from patchkit.errors import BadInput, location
-from patchkit.envs import stubs, verify_interpreter
-from patchkit.gates import Example, Finding, Severity, VerifyContext
-from patchkit.resultcache import ResultCache, hash_files, key_of, sha256_file, tree_identity
+from patchkit.verify.envs import stubs, verify_interpreter
+from patchkit.verify.api import Example, Finding, Severity, VerifyContext
+from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file, tree_identity
 
 NAME = "imports"
 DESCRIPTION = "touched modules import on CPU from the patched tree, in the isolated environment"

@@ -20,9 +20,9 @@ from typing import Any
 
 from patchkit import proc
 from patchkit.errors import BadInput, location
-from patchkit.envs import Interpreter, stubs, verify_interpreter
-from patchkit.gates import Example, Finding, Severity, VerifyContext
-from patchkit.resultcache import ResultCache, hash_files, key_of, sha256_file, tree_identity
+from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
+from patchkit.verify.api import Example, Finding, Severity, VerifyContext
+from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file, tree_identity
 
 NAME = "tests"
 DESCRIPTION = "the patch set's own tests pass against the patched tree (pytest, CPU)"

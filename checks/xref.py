@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from checks._xref.model import Model, Ref, bind_problems
-from patchkit.gates import Example, Finding, Severity, VerifyContext
-from patchkit.pyindex import PyIndex, module_name, prefilter, python_files, scan, settings_from_manifest
+from patchkit.verify.api import Example, Finding, Severity, VerifyContext
+from patchkit.verify.facts import PyIndex, module_name, prefilter, python_files, scan, settings_from_manifest
 
 NAME = "xref"
 DESCRIPTION = "imports, attributes, calls and self attributes of the symbol family resolve and fit"

@@ -63,7 +63,7 @@ def base_group() -> None:
 @json_option
 def base_fetch(set_dir: Path | None, dest: Path | None, from_git: Path | None, as_json: bool) -> None:
     """Download (or reuse) the pinned base and commit it to a git tree."""
-    from patchkit import base
+    from patchkit.patchset import base
 
     run_command("base fetch", as_json, lambda: render.with_progress(
         "fetching base", lambda progress: base.fetch_for_set(set_dir, dest, from_git, progress)))
@@ -76,7 +76,7 @@ def base_fetch(set_dir: Path | None, dest: Path | None, from_git: Path | None, a
 @json_option
 def apply_cmd(set_dir: Path | None, target: Path | None, dry_run: bool, as_json: bool) -> None:
     """Apply the whole series to the base tree, or nothing."""
-    from patchkit import apply, base
+    from patchkit.patchset import apply, base
 
     def core(progress):
         resolved_set, resolved_target = base.locate(set_dir, target)
@@ -91,7 +91,7 @@ def apply_cmd(set_dir: Path | None, target: Path | None, dry_run: bool, as_json:
 @json_option
 def status_cmd(set_dir: Path | None, target: Path | None, as_json: bool) -> None:
     """Base ok? Which patches are applied? Drift against the locked post-image?"""
-    from patchkit import base, status
+    from patchkit.patchset import base, status
 
     run_command("status", as_json, lambda: status.status(*base.locate(set_dir, target)))
 
@@ -103,7 +103,7 @@ def status_cmd(set_dir: Path | None, target: Path | None, as_json: bool) -> None
 @json_option
 def refresh_cmd(set_dir: Path | None, target: Path | None, accept_context: bool, as_json: bool) -> None:
     """Write the commits since the base back into the set (patches, series, lock)."""
-    from patchkit import base, refresh
+    from patchkit.patchset import base, refresh
 
     def core(progress):
         resolved_set, resolved_target = base.locate(set_dir, target)
@@ -119,7 +119,7 @@ def refresh_cmd(set_dir: Path | None, target: Path | None, accept_context: bool,
 @json_option
 def lock_cmd(set_dir: Path | None, base_dir: Path | None, as_json: bool) -> None:
     """Recompute patch hashes, base tree and post-image in manifest.toml (below the marker)."""
-    from patchkit import base, lock
+    from patchkit.patchset import base, lock
 
     run_command("lock", as_json, lambda: render.with_progress(
         "locking", lambda progress: lock.lock(base.resolve_set(set_dir), base_dir, progress)))
@@ -138,7 +138,7 @@ def lock_cmd(set_dir: Path | None, base_dir: Path | None, as_json: bool) -> None
               help="Also write a JUnit XML report (one testsuite per gate) to FILE.")
 def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], as_json: bool, junit: Path | None) -> None:
     """Run the verification gates on a patched tree. Exit 0 clean, 1 findings, 3 a gate crashed."""
-    from patchkit.verify import verify as verify_tree
+    from patchkit.verify.run import verify as verify_tree
 
     run_command("verify", as_json, lambda: verify_tree(set_dir, target, gates, junit))
 
@@ -149,7 +149,7 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], as
 @json_option
 def symbols(set_dir: Path | None, target: Path | None, as_json: bool) -> None:
     """Where each name of the set's symbol family is defined, imported and used in the tree."""
-    from patchkit.verify import symbol_table
+    from patchkit.verify.run import symbol_table
 
     run_command("symbols", as_json, lambda: symbol_table(set_dir, target))
 
@@ -164,7 +164,7 @@ def dispatch_sites(set_dir: Path | None, target: Path | None, as_json: bool) -> 
     Reviewed entries are kept; new sites are added with an empty treatment, so the dispatch gate
     keeps failing on them until someone writes treatment and reason; stale entries are dropped.
     """
-    from patchkit.verify import update_dispatch_declarations
+    from patchkit.verify.run import update_dispatch_declarations
 
     run_command("dispatch-sites", as_json, lambda: update_dispatch_declarations(set_dir, target))
 
@@ -199,7 +199,7 @@ def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_toke
     Arguments after -- go to both servers. Exit 0 all prompts identical, 1 mismatch or server failure,
     2 preflight failed or bad input, 130 interrupted (servers torn down).
     """
-    from patchkit.base import locate
+    from patchkit.patchset.base import locate
     from patchkit.smoke.run import SmokeOptions, run_smoke
 
     def core() -> CommandResult:
@@ -249,7 +249,7 @@ def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_toke
 def bundle(out, freeze, have, python_version, platforms, requirements, index_url, find_links, no_index, drop,
            exclude, check_imports, profile, set_dir, tree, tree_on_host, as_json) -> None:
     """Build an offline wheelhouse for a GPU host from the packages it already has."""
-    from patchkit.bundle import Target, build_bundle
+    from patchkit.hostprep.bundle import Target, build_bundle
 
     run_command("bundle", as_json, lambda: build_bundle(
         out=out, requirements=tuple(requirements), freeze=freeze, have=tuple(have),
@@ -267,7 +267,7 @@ def bundle(out, freeze, have, python_version, platforms, requirements, index_url
 @json_option
 def testmodels(out, seed, heads, as_json) -> None:
     """Write a tiny random Qwen3 target and a matching DFlash draft (no tokenizer; use input ids)."""
-    from patchkit.testmodels import write_test_models
+    from patchkit.hostprep.testmodels import write_test_models
 
     run_command("testmodels", as_json, lambda: write_test_models(out, seed, heads=heads))
 

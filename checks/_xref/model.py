@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from patchkit.pyindex import PyIndex
+from patchkit.verify.facts import PyIndex
 
 # Decorators that keep a function's call signature.
 SIGNATURE_SAFE_DECORATORS = frozenset({

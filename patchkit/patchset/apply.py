@@ -26,13 +26,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import journal, staging
+from patchkit.patchset import journal, staging
 from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput, Interrupted
 from patchkit.git import Repo, identity_env, open_repo, quarantine
-from patchkit.patchset import PatchSet, load_set, message_with_trailers
+from patchkit.patchset.series import PatchSet, load_set, message_with_trailers
 from patchkit.results import CommandResult
-from patchkit.status import DriftEntry, TargetState, drift_entries, inspect
-from patchkit.staging import Conflict, ConflictError, Progress
+from patchkit.patchset.status import DriftEntry, TargetState, drift_entries, inspect
+from patchkit.patchset.staging import Conflict, ConflictError, Progress
 
 #: Test hook: comma-separated step names at which apply prints a marker and sleeps.
 PAUSE_ENV = "PATCHKIT_TEST_PAUSE"

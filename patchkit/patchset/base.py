@@ -23,10 +23,10 @@ from patchkit import paths, proc
 from patchkit.errors import BadInput, Location
 from patchkit.git import PATCHKIT_EMAIL, PATCHKIT_NAME, Repo, identity_env, init_repo
 from patchkit.manifest import Manifest, PypiBase
-from patchkit.patchset import sha256_file
+from patchkit.patchset.series import sha256_file
 from patchkit.results import CommandResult
-from patchkit.safety import path_problem
-from patchkit.staging import Progress
+from patchkit.patchset.safety import path_problem
+from patchkit.patchset.staging import Progress
 
 BRANCH = "patchkit"
 #: Author/committer date of every base commit (fixed so the commit id is reproducible).

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import base as base_mod
+from patchkit.patchset import base as base_mod
 from patchkit import manifest as manifest_mod
 from patchkit.errors import BadInput
 from patchkit.git import Repo, open_repo, quarantine
 from patchkit.manifest import Lock, LockedPatch
-from patchkit.patchset import PatchSet, load_set
+from patchkit.patchset.series import PatchSet, load_set
 from patchkit.results import CommandResult
-from patchkit.staging import Progress, post_image, stage_series
+from patchkit.patchset.staging import Progress, post_image, stage_series
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import unidiff
 
-from patchkit import journal
+from patchkit.patchset import journal
 from patchkit import manifest as manifest_mod
-from patchkit.base import find_base_by_tree
+from patchkit.patchset.base import find_base_by_tree
 from patchkit.errors import BadInput, EXIT_FAILED, EXIT_OK, Internal
 from patchkit.git import Repo, identity_env, open_repo, quarantine
-from patchkit.lock import compute_lock
-from patchkit.patchset import SERIES_NAME, Patch, PatchSet, load_set, parse_patch, read_series, split_trailers
+from patchkit.patchset.lock import compute_lock
+from patchkit.patchset.series import SERIES_NAME, Patch, PatchSet, load_set, parse_patch, read_series, split_trailers
 from patchkit.results import CommandResult
-from patchkit.staging import Progress, stage_series
-from patchkit.status import find_base
+from patchkit.patchset.staging import Progress, stage_series
+from patchkit.patchset.status import find_base
 
 #: format-patch options: stable output (no commit ids, no version signature, full blob ids).
 FORMAT_OPTIONS = (

@@ -18,7 +18,7 @@ from typing import Iterable
 import unidiff
 
 from patchkit.errors import BadInput, Location
-from patchkit.patchset import Patch
+from patchkit.patchset.series import Patch
 
 SYMLINK_MODE = "120000"
 _ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}

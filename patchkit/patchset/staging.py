@@ -15,11 +15,11 @@ from pathlib import Path
 
 import unidiff
 
-from patchkit import safety
+from patchkit.patchset import safety
 from patchkit.errors import Failed
 from patchkit.git import Repo, temp_index_env
 from patchkit.manifest import ABSENT
-from patchkit.patchset import Patch, PatchSet, sha256_bytes
+from patchkit.patchset.series import Patch, PatchSet, sha256_bytes
 
 Progress = Callable[[str], None]
 

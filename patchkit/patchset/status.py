@@ -9,11 +9,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import journal
+from patchkit.patchset import journal
 from patchkit.errors import EXIT_OK, EXIT_FAILED
 from patchkit.git import Repo, open_repo
 from patchkit.manifest import ABSENT
-from patchkit.patchset import PatchSet, load_set, sha256_bytes, split_trailers, trailer_set
+from patchkit.patchset.series import PatchSet, load_set, sha256_bytes, split_trailers, trailer_set
 from patchkit.results import CommandResult
 
 #: How far back from HEAD the base commit is searched (first parents).

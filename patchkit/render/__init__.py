@@ -170,7 +170,7 @@ def _human_smoke(result: SmokeResult) -> None:
 
 # ---------------------------------------------------------------- bundle
 
-from patchkit.bundle import BundleResult  # noqa: E402
+from patchkit.hostprep.bundle import BundleResult  # noqa: E402
 
 
 @human.register(BundleResult)
@@ -218,11 +218,11 @@ from collections.abc import Callable  # noqa: E402
 
 from rich.text import Text  # noqa: E402
 
-from patchkit.apply import ApplyResult  # noqa: E402
-from patchkit.base import BaseResult  # noqa: E402
-from patchkit.lock import LockResult  # noqa: E402
-from patchkit.refresh import RefreshResult  # noqa: E402
-from patchkit.status import StatusResult  # noqa: E402
+from patchkit.patchset.apply import ApplyResult  # noqa: E402
+from patchkit.patchset.base import BaseResult  # noqa: E402
+from patchkit.patchset.lock import LockResult  # noqa: E402
+from patchkit.patchset.refresh import RefreshResult  # noqa: E402
+from patchkit.patchset.status import StatusResult  # noqa: E402
 
 
 def with_progress(description: str, core: Callable[[Callable[[str], None]], Any]) -> Any:
@@ -361,7 +361,7 @@ def verify_human(result: Any) -> None:
 
 
 def _register_verify() -> None:
-    from patchkit.verify import VerifyResult
+    from patchkit.verify.run import VerifyResult
 
     human.register(VerifyResult)(verify_human)
 
@@ -371,7 +371,7 @@ _register_verify()
 
 # ---------------------------------------------------------------- symbols (xref's symbol table)
 
-from patchkit.verify import SymbolsResult  # noqa: E402
+from patchkit.verify.run import SymbolsResult  # noqa: E402
 
 
 @human.register

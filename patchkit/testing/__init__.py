@@ -13,8 +13,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from patchkit import apply as apply_mod
-from patchkit import base, paths
+from patchkit.patchset import apply as apply_mod
+from patchkit import paths
+from patchkit.patchset import base
 from patchkit.errors import Failed
 from patchkit.manifest import load
 

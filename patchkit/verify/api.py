@@ -69,6 +69,6 @@ class VerifyContext:
 
     def isolated_python(self) -> Path:
         """The interpreter of the isolated CPU environment pinned in ``[verify.env]`` (created on demand)."""
-        from patchkit.envs import ensure_env  # lazy: building an env is the slow path
+        from patchkit.verify.envs import ensure_env  # lazy: building an env is the slow path
 
         return ensure_env(self.manifest.get("verify", {}).get("env", {}), self.env_dir)

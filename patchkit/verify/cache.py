@@ -95,7 +95,7 @@ def findings_to_json(findings: Iterable[Any]) -> list[dict[str, Any]]:
 
 def findings_from_json(rows: Iterable[dict[str, Any]]) -> list[Any]:
     """The inverse of :func:`findings_to_json`."""
-    from patchkit.gates import Finding, Severity
+    from patchkit.verify.api import Finding, Severity
 
     return [Finding(**{**row, "severity": Severity(row["severity"])}) for row in rows]
 

@@ -34,8 +34,8 @@ from typing import Any
 
 from patchkit import proc
 from patchkit.errors import BadInput, Failed
-from patchkit.gates import Finding, Severity, VerifyContext
-from patchkit.resultcache import key_of
+from patchkit.verify.api import Finding, Severity, VerifyContext
+from patchkit.verify.cache import key_of
 
 MARKER = "patchkit-env.json"
 RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"

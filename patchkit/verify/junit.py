@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from patchkit.gates import Finding, Severity
+from patchkit.verify.api import Finding, Severity
 
 
 def _where(finding: Finding) -> str:

@@ -19,9 +19,9 @@ from types import ModuleType
 from typing import Any
 
 from patchkit import tomlfile
-from patchkit.base import locate
+from patchkit.patchset.base import locate
 from patchkit.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, BadInput, PatchkitError
-from patchkit.gates import Finding, Severity, VerifyContext
+from patchkit.verify.api import Finding, Severity, VerifyContext
 from patchkit.results import CommandResult
 
 
@@ -178,7 +178,7 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
     result = VerifyResult("verify", ok, str(ctx.root), str(ctx.set_dir), ctx.touched, runs,
                           time.perf_counter() - start, unavailable(), str(junit) if junit else None)
     if junit:
-        from patchkit.junit import write_junit
+        from patchkit.verify.junit import write_junit
 
         write_junit(result, junit)
     return result

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from patchkit.manifest import Lock, LockedPatch, load, write_lock
-from patchkit.patchset import sha256_file
+from patchkit.patchset.series import sha256_file
 from tests.core import helpers
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit import manifest, patchset
+from patchkit import manifest
+
+from patchkit.patchset import series as patchset
 from patchkit.errors import BadInput
 from tests.core import helpers
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit import safety
+from patchkit.patchset import safety
 
 
 @pytest.mark.parametrize(

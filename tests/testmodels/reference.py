@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from patchkit import testmodels as tm
+from patchkit.hostprep import testmodels as tm
 
 
 def rms(x, weight):

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verify_helpers import make_example  # noqa: E402
 
-from patchkit.gates import VerifyContext
-from patchkit.verify import build_context
+from patchkit.verify.api import VerifyContext
+from patchkit.verify.run import build_context
 
 
 @pytest.fixture(autouse=True)

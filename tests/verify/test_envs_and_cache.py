@@ -8,9 +8,9 @@ import time
 import pytest
 
 from checks import compile as compile_gate
-from patchkit import envs
+from patchkit.verify import envs
 from patchkit.errors import BadInput
-from patchkit.resultcache import ResultCache, key_of
+from patchkit.verify.cache import ResultCache, key_of
 
 OFFLINE_SPEC = {"packages": ["pip"], "pip_args": ["--no-index"]}  # installs nothing new, needs no network
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from checks.registry import GATES
-from patchkit.gates import Severity
-from patchkit.verify import GateStatus, run_gate
+from patchkit.verify.api import Severity
+from patchkit.verify.run import GateStatus, run_gate
 
 CASES = [(name, example) for name in GATES for example in GATES[name].EXAMPLES]
 

@@ -9,8 +9,8 @@ import git
 import pytest
 
 from patchkit.errors import BadInput
-from patchkit.gates import Finding, Severity
-from patchkit.verify import GateStatus, VerifyResult, build_context, load_manifest, run_gates, touched_files
+from patchkit.verify.api import Finding, Severity
+from patchkit.verify.run import GateStatus, VerifyResult, build_context, load_manifest, run_gates, touched_files
 
 from verify_helpers import commit_all, make_tree, write_files
 

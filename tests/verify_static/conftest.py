@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from patchkit.gates import VerifyContext
+from patchkit.verify.api import VerifyContext
 from tests.verify.verify_helpers import make_example
 
 

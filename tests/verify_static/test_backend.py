@@ -10,7 +10,7 @@ import pytest
 
 from checks import backend
 from patchkit.errors import BadInput
-from patchkit.gates import Severity
+from patchkit.verify.api import Severity
 
 CURRENT = {"verify": {"backend": {"interpreter": "current"}}}
 
@@ -90,7 +90,7 @@ def test_real_patched_tree_with_v1_expectations(tmp_path):
     tree = os.environ.get("PATCHKIT_TEST_TREE")
     if not tree or not os.environ.get("PATCHKIT_VERIFY_PYTHON"):
         pytest.skip("set PATCHKIT_TEST_TREE and PATCHKIT_VERIFY_PYTHON to run against a real tree")
-    from patchkit.gates import VerifyContext
+    from patchkit.verify.api import VerifyContext
 
     set_dir = Path(__file__).resolve().parents[2] / "ddtree_patches" / "v1"
     ctx = VerifyContext(root=Path(tree), set_dir=set_dir, manifest={}, touched=(), cache_dir=tmp_path / "cache",

@@ -8,7 +8,7 @@ import pytest
 
 from checks import dispatch
 from patchkit.errors import BadInput
-from patchkit.gates import Severity
+from patchkit.verify.api import Severity
 
 RUNNER = "python/sglang/srt/model_executor/runner.py"
 SRC = '''\

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from checks import backend, dispatch, xref
-from patchkit.gates import Severity
+from patchkit.verify.api import Severity
 
 MODULES = [backend, dispatch, xref]
 CASES = [(m, e) for m in MODULES for e in m.EXAMPLES]

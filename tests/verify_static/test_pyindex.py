@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from patchkit.pyindex import module_name, node_lines, prefilter, resolve_relative
+from patchkit.verify.facts import module_name, node_lines, prefilter, resolve_relative
 
 SOURCE = '''\
 # header comment

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from checks import xref
-from patchkit.gates import Severity
+from patchkit.verify.api import Severity
 
 PKG = {"python/pkg/__init__.py": ""}
 UTIL = '''\
@@ -130,7 +130,7 @@ def test_symbol_table_lists_definitions_imports_and_uses(make_ctx):
 
 
 def test_facts_are_cached_by_content_hash(make_ctx):
-    from patchkit import pyindex
+    from patchkit.verify import facts as pyindex
 
     ctx = make_ctx(tree("x = 1\n"))
     pyindex._MEMORY.clear()  # other tests parsed the same contents in this process

@@ -23,7 +23,7 @@ whenever the target follows ``f``, wrong where the context push wins. Deeper pos
 guess, so acceptance is mostly 1 or 2 tokens. The draft's final norm weight (1 / ``draft_temperature``)
 keeps its distribution peaked but not one-hot.
 
-Measured with a plain-torch reference forward (tests/testmodels/reference.py), seed 0, defaults: greedy
+Measured with a plain-torch reference forward (tests/hostprep/testmodels/reference.py), seed 0, defaults: greedy
 outputs follow ``f`` about 80% of the time (the draft's first guess is right there) and the rest jump
 elsewhere (the walk leaves the tree); no output is constant.
 

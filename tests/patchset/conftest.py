@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core import helpers
+from tests.patchset import helpers
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from patchkit.manifest import Lock, LockedPatch, load, write_lock
 from patchkit.patchset.series import sha256_file
-from tests.core import helpers
+from tests.patchset import helpers
 
 
 def apply(fx, *extra):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from patchkit import paths
-from tests.core import helpers
+from tests.patchset import helpers
 
 
 def test_git_base_is_cloned_at_the_pinned_commit_and_reused(template, tmp_path):

@@ -8,7 +8,7 @@ from patchkit import manifest
 
 from patchkit.patchset import series as patchset
 from patchkit.errors import BadInput
-from tests.core import helpers
+from tests.patchset import helpers
 
 
 def apply_json(fx):

@@ -6,7 +6,7 @@ import pytest
 
 from patchkit.manifest import Lock, LockedPatch, load, write_lock
 from patchkit.patchset.series import sha256_file
-from tests.core import helpers
+from tests.patchset import helpers
 
 HEADER = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001

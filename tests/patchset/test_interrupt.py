@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.core import helpers
+from tests.patchset import helpers
 
 MOMENTS = [
     ("staged-3", signal.SIGKILL),

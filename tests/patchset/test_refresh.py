@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.core import helpers
+from tests.patchset import helpers
 
 
 def refresh(fx, *extra):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core import helpers
+from tests.patchset import helpers
 
 WHEEL = "sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl"
 SHA256 = "4ed786a38655851fd055ef57380c34d29b87753b53f63457309f51e5bf48c2e6"

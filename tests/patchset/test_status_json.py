@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.core import helpers
+from tests.patchset import helpers
 
 ENVELOPE_KEYS = ["patchkit", "command", "ok", "exit_code", "result"]
 ERROR_ENVELOPE_KEYS = ["patchkit", "command", "ok", "exit_code", "error"]

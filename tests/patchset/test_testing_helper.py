@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from patchkit import testing
-from tests.core import helpers
+from tests.patchset import helpers
 
 SCRIPT = "import sys; from patchkit.testing import patched_tree; print(patched_tree(sys.argv[1]))"
 

@@ -45,7 +45,7 @@ class Gate(Protocol):
     DESCRIPTION: str
     EXAMPLES: tuple[Example, ...]
 
-    def run(self, ctx: "Any") -> list[Finding]: ...
+    def run(self, ctx: Any) -> list[Finding]: ...
 
 
 def tree_path(root: Path, rel: str) -> Path:

@@ -105,6 +105,7 @@ def tree_identity(root: Path) -> str:
     import git  # gitpython
 
     try:
-        return git.Repo(root).git.rev_list("--max-parents=0", "HEAD").split()[-1]
+        roots: list[str] = git.Repo(root).git.rev_list("--max-parents=0", "HEAD").split()
+        return roots[-1]
     except (git.exc.GitError, IndexError):
         return "no-git"

@@ -19,11 +19,10 @@ from types import ModuleType
 from typing import Any
 
 from patchkit import tomlfile
-from patchkit.patchset.base import locate
 from patchkit.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, BadInput, PatchkitError
-from patchkit.verify.api import Finding, Severity, VerifyContext
+from patchkit.patchset.base import locate
 from patchkit.results import CommandResult
-
+from patchkit.verify.api import Finding, Severity, VerifyContext
 
 MANIFEST = "manifest.toml"
 
@@ -95,7 +94,7 @@ def run_gate(name: str, load: Any, ctx: VerifyContext) -> GateRun:
             raise TypeError(f"gate {name} returned {type(bad[0]).__name__}, not Finding")
     except PatchkitError as error:
         findings = [finding_from_error(name, error)]
-    except Exception:  # noqa: BLE001 - a crashing gate must not stop the others
+    except Exception:
         return GateRun(name, GateStatus.CRASH, time.perf_counter() - start, (), traceback.format_exc())
     return GateRun(name, gate_status(findings), time.perf_counter() - start, tuple(findings))
 

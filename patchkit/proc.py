@@ -113,7 +113,9 @@ def run_bytes(
             timeout=timeout, **_group_kwargs(own_group),
         )
     except subprocess.TimeoutExpired as exc:
-        partial = RawCompleted(args=argv, returncode=-signal.SIGKILL, stdout=exc.stdout or b"", stderr=exc.stderr or b"")
+        partial = RawCompleted(
+            args=argv, returncode=-signal.SIGKILL, stdout=exc.stdout or b"", stderr=exc.stderr or b""
+        )
         raise CommandTimedOut(partial.text(), exc.timeout) from None
     done = RawCompleted(args=argv, returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr)
     if done.returncode in (-signal.SIGINT, -signal.SIGTERM):

@@ -270,7 +270,11 @@ def exactness(repo: Repo, pset: PatchSet) -> Exactness:
 
 
 def _state_name(
-    base_ok: bool, state: TargetState, names: list[str], drift: tuple[DriftEntry, ...], applied: tuple[AppliedCommit, ...]
+    base_ok: bool,
+    state: TargetState,
+    names: list[str],
+    drift: tuple[DriftEntry, ...],
+    applied: tuple[AppliedCommit, ...],
 ) -> TreeState:
     if not base_ok:
         return "not-base"

@@ -17,7 +17,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,5 +145,45 @@ def run(
     done = Completed(args=done.args, returncode=done.returncode, stdout=_newlines(done.stdout),
                      stderr=_newlines(done.stderr))
     if check and done.returncode != 0:
+        raise CommandFailed(done)
+    return done
+
+
+def stream(
+    args: Sequence[str | os.PathLike[str]],
+    on_line: Callable[[str], None],
+    *,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+) -> Completed:
+    """Like :func:`run` with ``check=True``, but hands each output line to ``on_line`` as it comes (for
+    progress: pip's "Collecting ..." lines). stderr is merged into stdout, so the order is kept."""
+    argv = tuple(str(a) for a in args)
+    lines: list[str] = []
+    expired = threading.Event()
+    with subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
+
+        def kill() -> None:
+            expired.set()
+            child.kill()
+
+        timer = threading.Timer(timeout, kill) if timeout else None
+        if timer:
+            timer.start()
+        try:
+            assert child.stdout is not None
+            for line in child.stdout:
+                lines.append(line)
+                on_line(line.rstrip("\n"))
+            returncode = child.wait()
+        finally:
+            if timer:
+                timer.cancel()
+    done = Completed(args=argv, returncode=returncode, stdout="".join(lines), stderr="")
+    if expired.is_set():
+        raise CommandTimedOut(done, timeout or 0)
+    if returncode in (-signal.SIGINT, -signal.SIGTERM):
+        raise KeyboardInterrupt(f"{argv[0]} was interrupted by signal {-returncode}")
+    if returncode != 0:
         raise CommandFailed(done)
     return done

@@ -26,7 +26,7 @@ from patchkit import paths
 from patchkit.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, BadInput, PatchkitError
 from patchkit.results import CommandResult
 from patchkit.verify.api import Finding, Gate, Severity, VerifyContext
-from patchkit.verify.target import TargetCheck, base_of, check_target, touched_files
+from patchkit.verify.target import TargetCheck, base_and_touched, check_target
 
 GateStatus = Literal["pass", "fail", "crash"]
 
@@ -169,9 +169,9 @@ def build_context(set_dir: Path | None, target: Path | None,
     if not root.is_dir():
         raise BadInput(f"target {root} does not exist", hint="run patchkit apply first, or pass --target")
     home = paths.home().resolve()
-    base = base_of(root, manifest)
+    base, touched = base_and_touched(root, manifest)
     return VerifyContext(root=root, set_dir=set_dir, manifest=manifest, base_commit=base,
-                         touched=touched_files(root, base), cache_dir=home / "cache" / "verify",
+                         touched=touched, cache_dir=home / "cache" / "verify",
                          env_dir=home / "envs", progress=progress or (lambda text: None))
 
 

@@ -35,9 +35,12 @@ _EXITS = {
     1: "a patch or check failed",
     2: "bad input or usage (the message names the file, line and fix)",
     3: "internal error (a crash log path is printed)",
-    130: "interrupted (Ctrl-C or SIGTERM); the target was left as it was",
+    130: "interrupted (Ctrl-C or SIGTERM): nothing was changed, or the commit step was completed first",
 }
-_ENVIRONMENT = "PATCHKIT_HOME  where base trees, caches, environments and logs go (default: .patchkit/)"
+_ENVIRONMENT = ("PATCHKIT_HOME       base trees, logs and locks (default: .patchkit/ at the checkout's root)\n"
+                "  PATCHKIT_CACHE_DIR  wheels, environments, gate results (default: $PATCHKIT_HOME/cache if set,"
+                " else ~/.cache/patchkit)\n"
+                "  PATCHKIT_LOCK_WAIT  seconds to wait for another patchkit on the same target (default: 120)")
 
 
 def epilog(**exits: str) -> str:
@@ -162,18 +165,23 @@ def status_cmd(set_dir: Path | None, target: Path | None, output: Output) -> Non
     run_command("status", output, lambda: status.status(*base.locate(set_dir, target)))
 
 
-@cli.command("refresh", epilog=epilog(_1="a patch's context changed: nothing was written"))
+@cli.command("refresh", epilog=epilog(_1="a patch's context changed: nothing was written",
+                                      _2="bad input; also a refresh that would remove patches (--allow-remove)"))
 @set_option
 @target_option
 @click.option("--accept-context", is_flag=True, help="Write the set even when a patch's context changed.")
+@click.option("--allow-remove", is_flag=True,
+              help="Remove the set's patches whose commits are not in the target (never done otherwise).")
 @output_options
-def refresh_cmd(set_dir: Path | None, target: Path | None, accept_context: bool, output: Output) -> None:
+def refresh_cmd(set_dir: Path | None, target: Path | None, accept_context: bool, allow_remove: bool,
+                output: Output) -> None:
     """Write the commits since the base back into the set (patches, series, lock)."""
     from patchkit.patchset import base, refresh
 
     def core(progress: Progress) -> CommandResult:
         resolved_set, resolved_target = base.locate(set_dir, target)
-        return refresh.refresh(resolved_set, resolved_target, accept_context=accept_context, progress=progress)
+        return refresh.refresh(resolved_set, resolved_target, accept_context=accept_context,
+                               allow_remove=allow_remove, progress=progress)
 
     run_command("refresh", output, lambda: with_progress("refreshing", output, core))
 
@@ -189,6 +197,23 @@ def lock_cmd(set_dir: Path | None, base_dir: Path | None, output: Output) -> Non
 
     run_command("lock", output, lambda: with_progress(
         "locking", output, lambda progress: lock.lock(base.resolve_set(set_dir), base_dir, progress)))
+
+
+# ---------------------------------------------------------------- patch sets: clean
+
+
+@cli.command("clean", epilog=epilog(_1="something was kept: a tree with your work, or one in use (listed)"))
+@click.option("--trees", is_flag=True, help="Base and patched trees under <home>/trees.")
+@click.option("--envs", is_flag=True, help="Verify environments in the shared cache.")
+@click.option("--cache", is_flag=True, help="Downloaded wheels and cached gate results too.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--force", is_flag=True, help="Also remove trees that hold uncommitted work or commits of yours.")
+@output_options
+def clean_cmd(trees: bool, envs: bool, cache: bool, dry_run: bool, force: bool, output: Output) -> None:
+    """List and remove trees and environments (default: both). Trees with your work are kept (exit 1)."""
+    from patchkit.patchset.clean import clean
+
+    run_command("clean", output, lambda: clean(trees=trees, envs=envs, cache=cache, dry_run=dry_run, force=force))
 
 
 # ---------------------------------------------------------------- verification gates

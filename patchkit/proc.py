@@ -42,9 +42,12 @@ class RawCompleted:
     stderr: bytes
 
     def text(self) -> Completed:
-        decode = lambda b: b.decode("utf-8", "replace")  # noqa: E731
-        return Completed(args=self.args, returncode=self.returncode, stdout=decode(self.stdout),
-                         stderr=decode(self.stderr))
+        return Completed(args=self.args, returncode=self.returncode, stdout=_decode(self.stdout),
+                         stderr=_decode(self.stderr))
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
 
 
 def _tail(text: str, lines: int = 20) -> str:
@@ -77,7 +80,10 @@ class CommandTimedOut(CommandFailed, subprocess.TimeoutExpired):
             f"command timed out after {timeout:g} s: {' '.join(done.args)}\n"
             f"stdout:\n{_tail(done.stdout)}\nstderr:\n{_tail(done.stderr)}",
         )
-        self.cmd, self.timeout, self.output, self.stderr = list(done.args), timeout, done.stdout, done.stderr
+        # the subprocess.TimeoutExpired attributes (bytes there, text here: what was captured)
+        self.cmd, self.timeout = list(done.args), timeout
+        self.output = self.stdout = done.stdout.encode("utf-8")
+        self.stderr = done.stderr.encode("utf-8")
 
 
 def _newlines(text: str) -> str:
@@ -93,7 +99,7 @@ def _group_kwargs(own_group: bool) -> dict[str, Any]:
 
 
 def run_bytes(
-    args: Sequence[str | os.PathLike],
+    args: Sequence[str | os.PathLike[str]],
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
@@ -127,7 +133,7 @@ def run_bytes(
 
 
 def run(
-    args: Sequence[str | os.PathLike],
+    args: Sequence[str | os.PathLike[str]],
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,

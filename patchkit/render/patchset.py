@@ -6,6 +6,7 @@ from rich.text import Text
 
 from patchkit.patchset.apply import ApplyResult
 from patchkit.patchset.base import BaseResult
+from patchkit.patchset.clean import CleanResult
 from patchkit.patchset.lock import LockResult
 from patchkit.patchset.refresh import RefreshResult
 from patchkit.patchset.status import StatusResult
@@ -81,15 +82,23 @@ def _status(result: StatusResult, verbosity: int = 0) -> None:
 
 @human.register
 def _refresh(result: RefreshResult, verbosity: int = 0) -> None:
+    """Per patch what changed, then exactly which files were written (or that nothing was)."""
+    if result.recovered:
+        say(f"recovery: {result.recovered}")
     for change in result.changes:
         loud = "  CONTEXT CHANGED" if change.context_changed else ""
         counts = f" (+{change.added}/-{change.removed} lines)" if change.added or change.removed else ""
         detail = f" - {change.detail}" if change.detail else ""
-        say(f"  {change.status:<26} {change.patch}{counts}{loud}{detail}")
-    if result.written:
-        say(f"refreshed {result.set} (series, patches and lock written)")
-    else:
+        if verbosity > QUIET or change.status != "unchanged" or change.context_changed:
+            say(f"  {change.status:<26} {change.patch}{counts}{loud}{detail}")
+    if result.state == "blocked":
         say("NOT written: a patch's context changed; review it, then re-run with --accept-context")
+    elif result.state == "unchanged":
+        say(f"nothing changed: {result.set} already matches the commits of {result.target}")
+    else:
+        wrote = f"wrote {', '.join(result.files_written)}" if result.files_written else ""
+        removed = f"removed {', '.join(result.files_removed)}" if result.files_removed else ""
+        say(f"refreshed {result.set}: {'; '.join(part for part in (wrote, removed) if part)}")
 
 
 @human.register
@@ -97,3 +106,20 @@ def _lock(result: LockResult, verbosity: int = 0) -> None:
     what = "updated" if result.changed else "already up to date"
     say(f"lock {what}: {result.set}, base tree {result.base_tree}, {len(result.patches)} patches, "
         f"{result.post_image_files} post-image files")
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+
+
+@human.register
+def _clean(result: CleanResult, verbosity: int = 0) -> None:
+    if not result.items:
+        say(f"nothing to clean (home {result.home}, cache {result.cache})")
+        return
+    for item in result.items:
+        reason = f"  ({item.reason})" if item.reason else ""
+        say(f"  {item.action:<12} {item.kind:<12} {_size(item.size):>9}  {item.path}{reason}")
+    verb = "would free" if result.dry_run else "freed"
+    kept = sum(1 for i in result.items if i.action == "kept")
+    say(f"{verb} {_size(result.freed)}" + (f"; kept {kept} (see the reasons above)" if kept else ""))

@@ -25,18 +25,32 @@ def main() -> None:
 
         install_signal_handlers()
         pause("startup")
-        from patchkit.cli import main as cli_main
+        import click
+
+        from patchkit.cli import cli
     except KeyboardInterrupt as interrupt:  # before any command ran: say so, as handle_errors would
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the message short
-        name = str(interrupt) if str(interrupt).startswith("SIG") else "SIGINT"
-        sys.stderr.write(f"patchkit: error: interrupted by {name} while starting; nothing was changed\n")
-        _exit_interrupted()
+        _interrupted(interrupt, "while starting")
     try:
-        cli_main()
+        # not click's standalone mode: it turns a Ctrl-C outside a command's own error handling (while
+        # parsing options, importing the command's module) into "Aborted!" and exit 1
+        code = cli.main(prog_name="patchkit", standalone_mode=False)
+    except click.exceptions.Abort as abort:
+        _interrupted(abort.__cause__, "before the command began")
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
     except SystemExit as done:
         if done.code == 130:
             _exit_interrupted()
         raise
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _interrupted(cause: BaseException | None, when: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the message short
+    name = str(cause) if cause is not None and str(cause).startswith("SIG") else "SIGINT"
+    sys.stderr.write(f"patchkit: error: interrupted by {name} {when}; nothing was changed\n")
+    _exit_interrupted()
 
 
 def _exit_interrupted() -> None:

@@ -65,7 +65,7 @@ def apply(set_dir: Path, target: Path, *, dry_run: bool = False, progress: Progr
         raise BadInput(
             "an interrupted apply left a journal in the target", hint="run `patchkit apply` to finish it first"
         )
-    with transaction.begin(repo, command="apply", recover_first=not dry_run, progress=progress) as txn:
+    with transaction.begin(repo, command="apply", read_only=dry_run, progress=progress) as txn:
         state = inspect(repo, pset.manifest)
         outcome = _Outcome(pset=pset, target=target, state=state, recovered=txn.recovered)
         refusal = _refusal(repo, pset, state)

@@ -566,11 +566,15 @@ def _roll_back(
 
 @contextlib.contextmanager
 def begin(
-    repo: Repo, *, command: str, recover_first: bool = True, progress: Progress | None = None
+    repo: Repo, *, command: str, read_only: bool = False, progress: Progress | None = None
 ) -> Iterator[Transaction]:
-    """Lock the target, finish or roll back an interrupted move, and open a quarantine."""
-    with target_lock(repo, command, progress):
-        recovered = recover(repo) if recover_first else None
+    """Lock the target, finish or roll back an interrupted move, and open a quarantine.
+
+    ``read_only`` (a dry run): no lock and no recovery, so a target nobody may write still works; such
+    a transaction must not :meth:`~Transaction.move`.
+    """
+    with contextlib.nullcontext() if read_only else target_lock(repo, command, progress):
+        recovered = None if read_only else recover(repo)
         with quarantine(repo) as held:
             yield Transaction(repo=repo, objects=held, command=command, recovered=recovered)
 

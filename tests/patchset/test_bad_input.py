@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -84,4 +85,4 @@ def test_an_unexpected_git_failure_is_exit_3_with_a_crash_log(fx, tmp_path):
     assert done.returncode == 3, done.stdout + done.stderr
     error = json.loads(done.stdout)["error"]
     assert error["type"] == "GitFailed" and "patch-id" in error["message"] and "exit code 71" in error["message"]
-    assert error["log"] and "Traceback" in open(error["log"]).read()
+    assert error["log"] and "Traceback" in Path(error["log"]).read_text()

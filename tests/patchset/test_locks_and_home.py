@@ -90,7 +90,8 @@ def test_the_home_is_found_once_per_checkout_from_any_subdirectory(template, tmp
         done = subprocess.run([sys.executable, "-m", "patchkit", "base", "fetch", "--json"], cwd=cwd, env=env,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout)["result"]["path"] == str(root / ".patchkit" / "trees" / f"upstream-{commit[:12]}")
+        expected = root / ".patchkit" / "trees" / f"upstream-{commit[:12]}"
+        assert json.loads(done.stdout)["result"]["path"] == str(expected)
     assert not (root / "sub" / ".patchkit").exists() and not (root / "sub" / "deeper" / ".patchkit").exists()
     monkeypatch.chdir(root / "sub" / "deeper")
     assert paths.home() == root / ".patchkit"

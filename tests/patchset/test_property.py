@@ -92,7 +92,7 @@ def _apply_round(rng: random.Random, fx, fresh: Path, record: Round) -> None:
     _stop(proc, record.signum)
     outputs = [helpers.finish(proc)]
     record.edited, data = _user_edit(rng, fresh)
-    for again in (("status",) + args[1:], args):
+    for again in (("status", *args[1:]), args):
         done = helpers.run_cli(*again)
         outputs.append((done.returncode, done.stdout, done.stderr))
     _check_after(fresh, record.edited, data, outputs[1:])
@@ -150,5 +150,6 @@ def test_no_user_byte_is_lost_when_apply_and_refresh_are_killed_at_random(fx, tm
 @pytest.mark.slow
 def test_no_user_byte_is_lost_long_run(fx, tmp_path):
     rounds = _run_rounds(fx, tmp_path, float(os.environ.get("PATCHKIT_PROPERTY_S", "120")))
-    print("\n".join(f"{r.command:<8} {signal.Signals(r.signum).name:<8} {r.moment:<22} edited {r.edited}" for r in rounds))
+    for r in rounds:  # shown with -s: what the run covered
+        print(f"{r.command:<8} {signal.Signals(r.signum).name:<8} {r.moment:<22} edited {r.edited}")
     assert len(rounds) >= 5

@@ -233,3 +233,19 @@ def test_the_targets_hooks_never_run(fx):
         (hooks / name).chmod(0o755)
     assert helpers.invoke(*apply_args(fx)).exit_code == 0
     assert not marker.exists()
+
+
+def test_a_dry_run_works_on_a_target_nobody_may_write(fx):
+    everything = [p for p in fx.target.rglob("*") if not p.is_symlink()] + [fx.target]
+    if os.geteuid() == 0:
+        _chattr("+i", *everything)
+    else:
+        subprocess.run(["chmod", "-R", "a-w", str(fx.target)], check=True)
+    try:
+        code, doc = helpers.invoke_json(*apply_args(fx), "--dry-run")
+    finally:
+        if os.geteuid() == 0:
+            _chattr("-i", *everything)
+        else:
+            subprocess.run(["chmod", "-R", "u+w", str(fx.target)], check=True)
+    assert code == 0 and doc["result"]["state"] == "dry-run", doc

@@ -264,12 +264,14 @@ def bundle(out, freeze, have, python_version, platforms, requirements, index_url
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
 @click.option("--heads", type=int, default=4, show_default=True,
               help="Attention heads of both models (a multiple of 2; tensor parallel size N needs a multiple of N).")
+@click.option("--profile", default="default", show_default=True, metavar="NAME",
+              help="default, or tree: a pair where a DDTree tree verifies more tokens than a DFLASH chain.")
 @json_option
-def testmodels(out, seed, heads, as_json) -> None:
+def testmodels(out, seed, heads, profile, as_json) -> None:
     """Write a tiny random Qwen3 target and a matching DFlash draft (no tokenizer; use input ids)."""
     from patchkit.hostprep.testmodels import write_test_models
 
-    run_command("testmodels", as_json, lambda: write_test_models(out, seed, heads=heads))
+    run_command("testmodels", as_json, lambda: write_test_models(out, seed, heads=heads, profile=profile))
 
 
 def main() -> None:

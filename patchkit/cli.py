@@ -215,6 +215,90 @@ def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_toke
     run_command("smoke", as_json, core)
 
 
+# ---------------------------------------------------------------- GPU bench
+
+
+def _int_list(_ctx, param, value: str | None) -> tuple[int, ...] | None:
+    """``16,64,256`` -> (16, 64, 256); a usage error names the option."""
+    if value is None:
+        return None
+    try:
+        numbers = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if not numbers or any(n < 1 for n in numbers):
+        raise click.BadParameter(f"{value!r}: every value must be a positive integer")
+    return numbers
+
+
+@cli.command()
+@set_option
+@target_option
+@click.option("--gpus", type=click.IntRange(min=0), required=True,
+              help="GPUs to use (tensor parallel size); 0 = CPU stand-in mode, GPU checks skipped.")
+@click.option("--model", type=click.Path(path_type=Path), required=True, help="Target model directory.")
+@click.option("--draft-model", type=click.Path(path_type=Path), required=True, help="DFlash draft model directory.")
+@click.option("--port", type=int, default=30000, show_default=True, help="Server port (every server, in turn).")
+@click.option("--variants", default=None, metavar="A,B,...",
+              help="Variants of the set's [bench] profile to run, by name (default: all).")
+@click.option("--budgets", callback=_int_list, default=None, metavar="16,64,256",
+              help="DDTREE budgets (default: the profile's).")
+@click.option("--concurrency", callback=_int_list, default=None, metavar="1,8,32",
+              help="Concurrent requests per level (default: the profile's).")
+@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Measured batches per level.")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Unmeasured batches per level first.")
+@click.option("--prompts", type=click.Path(path_type=Path), default=None,
+              help="Prompt file (JSONL); default: the set's smoke prompts.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="Tokens per request.")
+@click.option("--no-check-outputs", is_flag=True,
+              help="Do not compare greedy outputs with the baseline's (random-weight models at a real shape).")
+@click.option("--expect-tree-gain", type=click.FloatRange(min=0, min_open=True), default=None, metavar="X",
+              help="Fail unless every DDTREE accept length is >= X times DFLASH's (tree-friendly test models).")
+@click.option("--acceptance", type=click.Path(path_type=Path), default=None,
+              help="Acceptance table (TOML/JSON): project tok/s and speed-ups from the measured ms per round.")
+@click.option("--sampling", is_flag=True, help="Instead of speed: the T=1 distribution test against the baseline.")
+@click.option("--samples", type=click.IntRange(min=1), default=256, show_default=True, help="--sampling: completions.")
+@click.option("--sample-tokens", type=click.IntRange(min=1), default=4, show_default=True,
+              help="--sampling: tokens per completion.")
+@click.option("--seed", type=int, default=0, show_default=True, help="--sampling: first sampling_seed.")
+@click.option("--report", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write a markdown report to FILE.")
+@click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also draw tok/s vs concurrency and accept length vs budget to FILE.png (needs matplotlib).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds each server may take to become healthy (default: the set's).")
+@click.option("--python", default=sys.executable, show_default="this interpreter",
+              help="Interpreter that runs the server.")
+@click.option("--logs", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Directory for the server logs (default: .patchkit/logs/bench-<time>).")
+@json_option
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+def bench(set_dir, target, gpus, model, draft_model, port, variants, budgets, concurrency, repeats, warmup, prompts,
+          max_new_tokens, no_check_outputs, expect_tree_gain, acceptance, sampling, samples, sample_tokens, seed,
+          report, plot, timeout_s, python, logs, as_json, extra_args) -> None:
+    """Baseline vs DFLASH vs DDTREE in the real server, one server at a time, at each concurrency level.
+
+    Arguments after -- go to every server. Exit 0 all ran and matched, 1 a mismatch, a server failure or
+    a failed check, 2 bad input or preflight, 130 interrupted (the server torn down).
+    """
+    from patchkit.bench.run import BenchOptions, run_bench
+    from patchkit.patchset.base import locate
+
+    def core() -> CommandResult:
+        chosen_set, chosen_target = locate(set_dir, target)
+        options = BenchOptions(
+            set_dir=chosen_set, target=chosen_target, gpus=gpus, model=model, draft_model=draft_model, port=port,
+            prompts=prompts, max_new_tokens=max_new_tokens, timeout_s=timeout_s, python=python, logs=logs,
+            extra_args=tuple(extra_args), variants=tuple(v for v in variants.split(",") if v) if variants else None,
+            budgets=budgets, concurrency=concurrency, repeats=repeats, warmup=warmup,
+            check_outputs=not no_check_outputs, expect_tree_gain=expect_tree_gain, acceptance=acceptance,
+            report=report, plot=plot, sampling=sampling, samples=samples, sample_tokens=sample_tokens, seed=seed,
+        )
+        return run_bench(options, render.SmokeConsole())
+
+    run_command("bench", as_json, core)
+
+
 # ---------------------------------------------------------------- offline bundles and test models
 
 

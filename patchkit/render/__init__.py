@@ -381,3 +381,16 @@ def _symbols(result: SymbolsResult) -> None:
 
     stdout.print(f"symbol family {result.family!r}: {len(result.symbols)} names", markup=False)
     stdout.print(format_symbol_table(list(result.symbols)), markup=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------- bench (its renderer is render/bench.py)
+
+
+def _register_bench() -> None:
+    from patchkit.bench.run import BenchResult
+    from patchkit.render.bench import render_bench
+
+    human.register(BenchResult)(lambda result: render_bench(result, stdout, human))
+
+
+_register_bench()

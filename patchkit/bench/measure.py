@@ -55,8 +55,12 @@ def run_batch(server: ServerGroup, jobs: Sequence[Job], concurrency: int, max_ne
         todo.put(job)
     results: list[Generation | None] = [None] * len(jobs)
     errors: list[ServerFailed] = []
+    count = min(concurrency, len(jobs))
+    # Every thread is running before the first request goes out, so starting threads is not timed.
+    ready = threading.Barrier(count)
 
     def worker() -> None:
+        ready.wait()
         while not errors:
             try:
                 job = todo.get_nowait()
@@ -68,7 +72,7 @@ def run_batch(server: ServerGroup, jobs: Sequence[Job], concurrency: int, max_ne
                 errors.append(error)
                 return
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, len(jobs)))]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -346,16 +346,36 @@ def bundle(out, freeze, have, python_version, platforms, requirements, index_url
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Directory that receives target/ and draft/.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
-@click.option("--heads", type=int, default=4, show_default=True,
-              help="Attention heads of both models (a multiple of 2; tensor parallel size N needs a multiple of N).")
+@click.option("--heads", type=click.IntRange(min=1), default=None,
+              help="Attention heads of both models (tiny models: a multiple of 2, default 4; tensor parallel size N "
+                   "needs a multiple of N). With --shape: overrides the shape's.")
 @click.option("--profile", default="default", show_default=True, metavar="NAME",
               help="default, or tree: a pair where a DDTree tree verifies more tokens than a DFLASH chain.")
+@click.option("--shape", default=None, metavar="NAME",
+              help="Random bf16 weights at a real shape instead (qwen3-8b, qwen3-1.7b); the options below override it.")
+@click.option("--layers", type=int, default=None, help="Shape: target layers.")
+@click.option("--hidden", type=int, default=None, help="Shape: hidden size.")
+@click.option("--kv-heads", type=int, default=None, help="Shape: KV heads.")
+@click.option("--head-dim", type=int, default=None, help="Shape: head dimension (default hidden / heads).")
+@click.option("--intermediate", type=int, default=None, help="Shape: MLP intermediate size.")
+@click.option("--vocab", type=int, default=None, help="Shape: vocabulary size.")
+@click.option("--draft-layers", type=int, default=None, help="Shape: DFlash draft layers (default 2).")
+@click.option("--block-size", type=int, default=None, help="Shape: DFlash block size (default 16).")
 @json_option
-def testmodels(out, seed, heads, profile, as_json) -> None:
-    """Write a tiny random Qwen3 target and a matching DFlash draft (no tokenizer; use input ids)."""
-    from patchkit.hostprep.testmodels import write_test_models
+def testmodels(out, seed, heads, profile, shape, layers, hidden, kv_heads, head_dim, intermediate, vocab,
+               draft_layers, block_size, as_json) -> None:
+    """Write a tiny arranged Qwen3 target and DFlash draft (no tokenizer; use input ids), or random
+    weights at a real shape (--shape, or every shape option)."""
+    from patchkit.hostprep.testmodels import write_shaped, write_test_models
 
-    run_command("testmodels", as_json, lambda: write_test_models(out, seed, heads=heads, profile=profile))
+    overrides = dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                     intermediate=intermediate, vocab=vocab, draft_layers=draft_layers, block_size=block_size)
+    shaped = shape is not None or any(v is not None for k, v in overrides.items() if k != "heads")
+    if shaped:
+        run_command("testmodels", as_json, lambda: render.with_byte_progress(
+            "writing models", lambda progress, announce: write_shaped(out, seed, shape, overrides, progress, announce)))
+    else:
+        run_command("testmodels", as_json, lambda: write_test_models(out, seed, heads=heads or 4, profile=profile))
 
 
 def main() -> None:

@@ -104,6 +104,10 @@ class TestModelsResult(CommandResult):
     block_size: int
     mask_token_id: int
     profile: str = "default"
+    shape: dict | None = None  # --shape: the real shape's fields; None for the tiny arranged models
+    device: str | None = None  # --shape: where the weights were drawn
+    bytes_written: int | None = None
+    seconds: float | None = None
 
 
 def _torch():
@@ -311,11 +315,15 @@ def write_safetensors(path: Path, tensors: dict[str, object]) -> None:
             handle.write(blob)
 
 
-def _write_model(directory: Path, config: dict, weights: dict[str, object]) -> None:
+def _write_configs_only(directory: Path, config: dict, bos_eos: int = EOS_TOKEN) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (directory / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": EOS_TOKEN, "eos_token_id": EOS_TOKEN, "do_sample": False}, indent=2) + "\n")
+        json.dumps({"bos_token_id": bos_eos, "eos_token_id": bos_eos, "do_sample": False}, indent=2) + "\n")
+
+
+def _write_model(directory: Path, config: dict, weights: dict[str, object]) -> None:
+    _write_configs_only(directory, config)
     write_safetensors(directory / "model.safetensors", weights)
 
 
@@ -477,3 +485,19 @@ def write_test_models(out: Path, seed: int = 0, noise: float = 0.5, draft_temper
     _write_model(target_dir, target_config(heads), target)
     _write_model(draft_dir, draft_config(heads), draft)
     return TestModelsResult("testmodels", True, target_dir, draft_dir, seed, VOCAB, BLOCK_SIZE, MASK_TOKEN, profile)
+
+
+def write_shaped(out: Path, seed: int, shape_name: str | None, overrides: dict[str, int | None],
+                 progress=None, announce=None) -> TestModelsResult:
+    """``--shape`` / explicit shape options: random bf16 weights at that shape (see shapemodels.py)."""
+    from patchkit.hostprep.shapemodels import resolve_shape, write_shape_models
+
+    shape = resolve_shape(shape_name, overrides)
+    target_dir, draft_dir = out / "target", out / "draft"
+    for directory in (target_dir, draft_dir):
+        if directory.exists() and any(directory.iterdir()):
+            raise BadInput(f"{directory} exists and is not empty", hint="choose another --out")
+    written = write_shape_models(out, shape, seed, progress=progress, announce=announce)
+    return TestModelsResult("testmodels", True, target_dir, draft_dir, seed, shape.vocab, shape.block_size,
+                            shape.vocab - 1, f"shape:{shape_name or 'custom'}", written.shape, written.device,
+                            written.bytes, written.seconds)

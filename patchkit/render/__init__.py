@@ -386,6 +386,21 @@ def _symbols(result: SymbolsResult) -> None:
 # ---------------------------------------------------------------- bench (its renderer is render/bench.py)
 
 
+def with_byte_progress(description: str, core: Callable[[Callable[[int, int, str], None], Callable[[str], None]], Any]) -> Any:
+    """Run ``core(progress, announce)`` under a byte progress bar on stderr (``patchkit testmodels --shape``)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=stderr, transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def progress(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=escape(what[-60:]))
+
+        return core(progress, lambda text: stderr.print(text, markup=False))
+
+
 def _register_bench() -> None:
     from patchkit.bench.run import BenchResult
     from patchkit.render.bench import render_bench

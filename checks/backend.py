@@ -164,7 +164,7 @@ def _folder_digest(folder: Path | None) -> str | None:
 
 def _probe_rows(ctx: VerifyContext, request: dict[str, Any]) -> list[dict[str, Any]]:
     python = _interpreter(ctx)
-    source_root = ctx.manifest.get("verify", {}).get("source_root", "python")
+    source_root = ctx.manifest.verify.get("source_root", "python")
     key = hashlib.sha256(json.dumps(
         [CACHE_VERSION, request, python, PROBE.read_text(), _tree_digest(ctx, source_root)], sort_keys=True
     ).encode()).hexdigest()
@@ -259,7 +259,7 @@ def evaluate(ctx: VerifyContext) -> tuple[list[CaseResult], str]:
     stub_folder, _ = envs.stubs(ctx, NAME)
     stub_paths = [str(stub_folder)] if stub_folder else []
     request = {
-        "tree_python": str(ctx.root / ctx.manifest.get("verify", {}).get("source_root", "python")),
+        "tree_python": str(ctx.root / ctx.manifest.verify.get("source_root", "python")),
         "stub_paths": stub_paths,
         "stub_digest": _folder_digest(stub_folder),
         "module": spec.get("module", "sglang.srt.server_args"),
@@ -296,10 +296,12 @@ def run(ctx: VerifyContext) -> list[Finding]:
     results, rel = evaluate(ctx)
     findings = envs.stubs(ctx, NAME)[1]  # each stub in use is reported, an undeclared one refused
     for result in results:
-        findings.append(Finding(NAME, Severity.INFO, rel, result.line, format_row(result)))
+        findings.append(Finding(gate=NAME, severity=Severity.INFO, file=rel, line=result.line,
+                                message=format_row(result)))
         for problem in result.problems:
-            findings.append(Finding(NAME, Severity.ERROR, rel, result.line, f"case {result.name}: {problem}",
-                                    "fix the tree's DDTREE resolution or the declared expectation"))
+            findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=result.line,
+                                    message=f"case {result.name}: {problem}",
+                                    hint="fix the tree's DDTREE resolution or the declared expectation"))
     return findings
 
 
@@ -406,8 +408,8 @@ def _example_tree(topk_line: str) -> dict[str, str]:
 
 
 EXAMPLES = (
-    Example("tree topk keeps fa3 on its mask path", _example_tree("self.speculative_eagle_topk = 4"),
+    Example(name="tree topk keeps fa3 on its mask path", files=_example_tree("self.speculative_eagle_topk = 4"),
             passes=True, config={"interpreter": "current"}),
-    Example("fa3 with topk 1 ignores the tree mask", _example_tree("self.speculative_eagle_topk = 1"),
+    Example(name="fa3 with topk 1 ignores the tree mask", files=_example_tree("self.speculative_eagle_topk = 1"),
             passes=False, expect="ignores the tree mask", config={"interpreter": "current"}),
 )

@@ -153,7 +153,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
     decl_path = declarations_path(ctx)
     decl_rel = str(decl_path.relative_to(ctx.set_dir)) if decl_path.is_relative_to(ctx.set_dir) else str(decl_path)
     declarations, problems = load_declarations(decl_path)
-    findings = [Finding(NAME, Severity.ERROR, decl_rel, None, p, "fix the declaration") for p in problems]
+    findings = [Finding(gate=NAME, severity=Severity.ERROR, file=decl_rel, line=None, message=p,
+                        hint="fix the declaration") for p in problems]
     sites = collect_sites(ctx)
     by_key = {d.key: d for d in declarations}
     findings += _duplicate_findings(declarations, decl_rel)
@@ -163,27 +164,28 @@ def run(ctx: VerifyContext) -> list[Finding]:
             findings.append(_undeclared(site, decl_rel))
         elif declared.treatment == "handled" and not _covered(site, covers):
             findings.append(
-                Finding(NAME, Severity.ERROR, site.file, site.line,
-                        f"site declared handled does not mention DDTREE or a covering helper "
+                Finding(gate=NAME, severity=Severity.ERROR, file=site.file, line=site.line,
+                        message=f"site declared handled does not mention DDTREE or a covering helper "
                         f"({', '.join(covers)}): {_describe(site)}",
-                        "handle DDTREE in this branch, or declare the site rejected/not_applicable with a reason")
+                        hint="handle DDTREE in this branch, or declare the site rejected/not_applicable with a reason")
             )
     present = {s.key for s in sites}
     for d in declarations:
         if d.key not in present:
             findings.append(
-                Finding(NAME, Severity.ERROR, decl_rel, d.line,
-                        f"declared dispatch site no longer exists: {d.file} {d.scope}: `{d.expr}`"
+                Finding(gate=NAME, severity=Severity.ERROR, file=decl_rel, line=d.line,
+                        message=f"declared dispatch site no longer exists: {d.file} {d.scope}: `{d.expr}`"
                         + (f" (occurrence {d.occurrence})" if d.occurrence else ""),
-                        "the branch moved or changed: review it and update or remove the declaration")
+                        hint="the branch moved or changed: review it and update or remove the declaration")
             )
     return findings
 
 
 def _undeclared(site: Site, decl_rel: str) -> Finding:
     return Finding(
-        NAME, Severity.ERROR, site.file, site.line, f"undeclared dispatch site in {_describe(site)}",
-        f"review how DDTREE is treated here and declare it in {decl_rel} "
+        gate=NAME, severity=Severity.ERROR, file=site.file, line=site.line,
+        message=f"undeclared dispatch site in {_describe(site)}",
+        hint=f"review how DDTREE is treated here and declare it in {decl_rel} "
         "(`patchkit dispatch-sites --write` adds skeleton entries)",
     )
 
@@ -191,8 +193,9 @@ def _undeclared(site: Site, decl_rel: str) -> Finding:
 def _duplicate_findings(declarations: list[Declaration], decl_rel: str) -> list[Finding]:
     counts = Counter(d.key for d in declarations)
     return [
-        Finding(NAME, Severity.ERROR, decl_rel, d.line, f"site declared more than once: {d.scope}: `{d.expr}`",
-                "keep one declaration")
+        Finding(gate=NAME, severity=Severity.ERROR, file=decl_rel, line=d.line,
+                message=f"site declared more than once: {d.scope}: `{d.expr}`",
+                hint="keep one declaration")
         for d in declarations if counts[d.key] > 1 and d.line != min(x.line for x in declarations if x.key == d.key)
     ]
 
@@ -294,10 +297,11 @@ reason = "DDTREE returned earlier"
 '''
 
 EXAMPLES = (
-    Example("every site declared", {_SPEC: _SPEC_SRC, "@set/expectations/dispatch.toml": _DECL}, passes=True),
+    Example(name="every site declared", files={_SPEC: _SPEC_SRC, "@set/expectations/dispatch.toml": _DECL},
+            passes=True),
     Example(
-        "new site after a rebase is undeclared",
-        {_SPEC: _SPEC_SRC.replace('            return "chain"\n',
+        name="new site after a rebase is undeclared",
+        files={_SPEC: _SPEC_SRC.replace('            return "chain"\n',
                                   '            return "chain"\n        if self == SpeculativeAlgorithm.DFLASH:\n'
                                   '            return 1\n'),
          "@set/expectations/dispatch.toml": _DECL},
@@ -305,16 +309,16 @@ EXAMPLES = (
         expect="undeclared dispatch site",
     ),
     Example(
-        "handled site lost its DDTREE branch",
-        {_SPEC: _SPEC_SRC.replace("if self.is_ddtree():", "if self.is_dflash() and False:"),
+        name="handled site lost its DDTREE branch",
+        files={_SPEC: _SPEC_SRC.replace("if self.is_ddtree():", "if self.is_dflash() and False:"),
          "@set/expectations/dispatch.toml": _DECL.replace('expr = "self.is_ddtree()"',
                                                       'expr = "self.is_dflash()and False"')},
         passes=False,
         expect="does not mention DDTREE",
     ),
     Example(
-        "declared site no longer exists",
-        {_SPEC: _SPEC_SRC.replace('        if self.is_ddtree():\n            return "tree"\n', ""),
+        name="declared site no longer exists",
+        files={_SPEC: _SPEC_SRC.replace('        if self.is_ddtree():\n            return "tree"\n', ""),
          "@set/expectations/dispatch.toml": _DECL},
         passes=False,
         expect="no longer exists",

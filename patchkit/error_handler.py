@@ -9,11 +9,15 @@ import platform
 import signal
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from patchkit import __version__, render
+from patchkit import __version__
 from patchkit.errors import EXIT_INTERRUPTED, Internal, Interrupted, PatchkitError
+
+#: How an error reaches the user: ``report(command, error, as_json, log_path)`` (the CLI passes the
+#: renderer's ``emit_error``; this module prints nothing itself).
+Report = Callable[[str, PatchkitError, bool, "str | None"], None]
 
 
 def _raise_interrupt(signum, frame):  # noqa: ARG001
@@ -42,17 +46,17 @@ def write_crash_log(command: str, exc: BaseException) -> Path:
 
 
 @contextlib.contextmanager
-def handle_errors(command: str, as_json: bool) -> Iterator[None]:
+def handle_errors(command: str, as_json: bool, report: Report) -> Iterator[None]:
     """Map exceptions to exit codes: PatchkitError -> its code, Ctrl-C -> 130, anything else -> 3."""
     try:
         yield
     except PatchkitError as error:
-        render.emit_error(command, error, as_json)
+        report(command, error, as_json, None)
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
-        render.emit_error(command, Interrupted("interrupted; the target was left as it was"), as_json)
+        report(command, Interrupted("interrupted; the target was left as it was"), as_json, None)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - the top-level safety net
         log = write_crash_log(command, exc)
-        render.emit_error(command, Internal(f"internal error: {exc!r}"), as_json, str(log))
+        report(command, Internal(f"internal error: {exc!r}"), as_json, str(log))
         sys.exit(Internal.exit_code)

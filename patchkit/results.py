@@ -27,7 +27,7 @@ class CommandResult:
 
     def payload(self) -> dict[str, Any]:
         """The command-specific part of the JSON envelope."""
-        data = to_jsonable(self)
+        data: dict[str, Any] = to_jsonable(self)
         data.pop("command", None)
         data.pop("ok", None)
         return data

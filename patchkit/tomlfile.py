@@ -18,8 +18,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 def error_line(exc: tomllib.TOMLDecodeError) -> int | None:
     """The line a TOML error names (``lineno`` on Python >= 3.14, else parsed from the message)."""
-    if getattr(exc, "lineno", None):
-        return exc.lineno  # type: ignore[attr-defined]
+    lineno = getattr(exc, "lineno", None)
+    if isinstance(lineno, int) and lineno:
+        return lineno
     match = re.search(r"at line (\d+)", str(exc))
     return int(match.group(1)) if match else None
 
@@ -27,7 +28,8 @@ def error_line(exc: tomllib.TOMLDecodeError) -> int | None:
 def parse(text: str, path: Path | str, hint: str = "fix the file and run again") -> dict[str, Any]:
     """``text`` (the contents of ``path``) parsed; a syntax error names ``path`` and its line."""
     try:
-        return tomllib.loads(text)
+        data: dict[str, Any] = tomllib.loads(text)
+        return data
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"invalid TOML: {exc}", location=Location(str(path), error_line(exc)), hint=hint) from None
 

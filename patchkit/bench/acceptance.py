@@ -43,7 +43,7 @@ class AcceptanceTable:
         return self.tree.get(budget) if budget is not None else None
 
 
-def _positive(value, what: str, path: Path) -> float:
+def _positive(value: object, what: str, path: Path) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
         raise BadInput(f"{what} must be a number >= 1 (tokens per round, bonus included), got {value!r}",
                        location=location(path))
@@ -94,8 +94,12 @@ class Projected:
     note: str = ""
 
 
-def project(rows: list[tuple[str, str, int | None, int, float | None]], table: AcceptanceTable) -> tuple[Projected, ...]:
-    """``rows``: (variant name, kind, budget, concurrency, measured ms per round)."""
+#: (variant name, kind, budget, concurrency, measured ms per round)
+MeasuredRow = tuple[str, str, int | None, int, float | None]
+
+
+def project(rows: list[MeasuredRow], table: AcceptanceTable) -> tuple[Projected, ...]:
+    """Projected speed per measured row; the speed-ups compare rows of the same concurrency."""
     speed: dict[tuple[str, int], float] = {}
     kinds: dict[str, str] = {}
     prepared = []
@@ -104,7 +108,8 @@ def project(rows: list[tuple[str, str, int | None, int, float | None]], table: A
         accept = table.accept_length(kind, budget)
         note = ""
         if accept is None:
-            note = f"no accept length for {TABLES.get(kind, kind)}" + (f" B={budget}" if budget else "") + " in the table"
+            which = TABLES.get(kind, kind) + (f" B={budget}" if budget else "")
+            note = f"no accept length for {which} in the table"
         tok_s = accept / ms * 1000 if accept is not None and ms else None
         if tok_s is not None:
             speed[(name, concurrency)] = tok_s
@@ -112,11 +117,11 @@ def project(rows: list[tuple[str, str, int | None, int, float | None]], table: A
     chain = next((n for n, k in kinds.items() if k == "chain"), None)
     baseline = next((n for n, k in kinds.items() if k == "baseline"), None)
 
-    def ratio(tok_s, reference, concurrency):
+    def ratio(tok_s: float | None, reference: str | None, concurrency: int) -> float | None:
         base = speed.get((reference, concurrency)) if reference else None
         return tok_s / base if tok_s is not None and base else None
 
     return tuple(Projected(variant=name, concurrency=c, measured_ms_per_round=ms, accept_length=accept,
-                           projected_tok_s=tok_s, vs_dflash=ratio(tok_s, chain, c), vs_baseline=ratio(tok_s, baseline, c),
-                           note=note)
+                           projected_tok_s=tok_s, vs_dflash=ratio(tok_s, chain, c),
+                           vs_baseline=ratio(tok_s, baseline, c), note=note)
                  for name, kind, c, ms, accept, tok_s, note in prepared)

@@ -67,7 +67,7 @@ def chi2_sf(statistic: float, df: int) -> float:
     return _upper_gamma_regularised(df / 2, statistic / 2)
 
 
-def _pooled_columns(a: Counter, b: Counter) -> list[tuple[int, int]]:
+def _pooled_columns(a: Counter[int], b: Counter[int]) -> list[tuple[int, int]]:
     n_a, n_b = sum(a.values()), sum(b.values())
     total = n_a + n_b
     keep, other = [], [0, 0]

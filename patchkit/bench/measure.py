@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean
+from typing import Any
 
 from patchkit.smoke.client import Generation
 from patchkit.smoke.launch import request
@@ -36,7 +37,7 @@ JOIN_POLL_S = 0.1
 class Job:
     index: int
     prompt: Prompt
-    sampling: dict | None = None
+    sampling: dict[str, Any] | None = None
 
 
 def level_jobs(prompts: Sequence[Prompt], concurrency: int) -> list[Job]:

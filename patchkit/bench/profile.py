@@ -77,7 +77,7 @@ class BenchProfile:
         return next((v for v in self.variants if v.name == name), None)
 
 
-def _ints(table: dict, key: str, path: Path, default: tuple[int, ...]) -> tuple[int, ...]:
+def _ints(table: dict[str, Any], key: str, path: Path, default: tuple[int, ...]) -> tuple[int, ...]:
     value = table.get(key, list(default))
     if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool)
                                                             and v > 0 for v in value):
@@ -85,14 +85,14 @@ def _ints(table: dict, key: str, path: Path, default: tuple[int, ...]) -> tuple[
     return tuple(value)
 
 
-def _int(table: dict, key: str, path: Path, default: int, minimum: int = 1) -> int:
+def _int(table: dict[str, Any], key: str, path: Path, default: int, minimum: int = 1) -> int:
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise BadInput(f"[bench] {key} must be an integer >= {minimum}", location=location(path))
     return value
 
 
-def _strings(table: dict, key: str, path: Path, where: str) -> tuple[str, ...]:
+def _strings(table: dict[str, Any], key: str, path: Path, where: str) -> tuple[str, ...]:
     value = table.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise BadInput(f"{where} {key} must be a list of strings", location=location(path))

@@ -6,29 +6,33 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from patchkit import __version__
+from patchkit.bench.measure import Histogram
+from patchkit.bench.run import BenchResult, LevelRun, Spread, VariantRun
+from patchkit.bench.sampling import SamplingCheck
 
 
-def _f(value, spec: str, none: str = "-") -> str:
+def fmt(value: float | None, spec: str, none: str = "-") -> str:
     return none if value is None else format(value, spec)
 
 
-def _spread(s, spec: str = ".1f") -> str:
+def spread_words(s: Spread | None, spec: str = ".1f") -> str:
     if s is None:
         return "-"
     return f"{s.mean:{spec}} ({s.min:{spec}}-{s.max:{spec}})" if s.max != s.min else f"{s.mean:{spec}}"
 
 
-def lossless_words(level, checked: bool) -> str:
+def lossless_words(level: LevelRun, checked: bool) -> str:
     if not checked or not level.compared:
         return "not checked"
     bad = len(level.mismatches)
     return "identical" if not bad else f"{bad}/{level.compared} DIFFER"
 
 
-def histogram_words(hist) -> str:
+def histogram_words(hist: Histogram | None) -> str:
     if hist is None:
         return "-"
     total = sum(hist.counts.values())
@@ -37,34 +41,37 @@ def histogram_words(hist) -> str:
     return f"{body} ({hist.source}, {total} rounds{left})"
 
 
-def speed_rows(result):
+def speed_rows(result: BenchResult) -> Iterator[tuple[VariantRun, LevelRun]]:
     """(variant, level) rows of the speed table, shared by the markdown and the rich renderers."""
     for run in result.variants:
         for level in run.levels:
             yield run, level
 
 
-def markdown(result) -> str:
+def markdown(result: BenchResult) -> str:
     """The report: what ran, the speed table, histograms, ratios, projection, verdict."""
+    gpus = ", ".join(f"{g.index}: {g.name}" for g in result.preflight.gpus) if result.preflight else ""
     lines = [f"# patchkit bench: {result.set_id}", "",
              f"- date: {_dt.datetime.now().astimezone().isoformat(timespec='seconds')}",
              f"- patchkit {__version__}, Python {platform.python_version()}, command: `{' '.join(sys.argv)}`",
-             f"- GPUs: {', '.join(f'{g.index}: {g.name}' for g in result.preflight.gpus) or f'--gpus {result.gpus}'}",
+             f"- GPUs: {gpus or f'--gpus {result.gpus}'}",
              f"- prompts: {result.prompts} from `{result.prompt_file}`, {result.max_new_tokens} new tokens each, greedy"
-             + (f"; skipped (text, no tokenizer): {', '.join(result.skipped_prompts)}" if result.skipped_prompts else ""),
+             + (f"; skipped (text, no tokenizer): {', '.join(result.skipped_prompts)}"
+                if result.skipped_prompts else ""),
              f"- levels: concurrency {', '.join(map(str, result.concurrency))}; {result.repeats} repeats after "
              f"{result.warmup} warm-up batch(es); logs: `{result.logs}`", ""]
     if result.mode == "sampling":
-        return "\n".join(lines + sampling_markdown(result.sampling) + ["", verdict(result), ""])
+        return "\n".join([*lines, *sampling_markdown(result.sampling), "", verdict(result), ""])
     lines += ["## Speed (measured)", "",
               "| variant | concurrency | ready (s) | tok/s per request | tok/s aggregate | x baseline | x DFLASH "
               "| ms per round | accept length | TTFT (ms) | outputs |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run, level in speed_rows(result):
-        lines.append(f"| {run.label} | {level.concurrency} | {_f(run.ready_s, '.1f')} | {_spread(level.per_request_tok_s)} "
-                     f"| {_spread(level.aggregate_tok_s)} | {_spread(level.vs_baseline, '.2f')} | "
-                     f"{_spread(level.vs_dflash, '.2f')} | {_spread(level.ms_per_round, '.2f')} | "
-                     f"{_f(level.accept_length, '.2f')} | {_spread(level.ttft_ms, '.1f')} | "
+        lines.append(f"| {run.label} | {level.concurrency} | {fmt(run.ready_s, '.1f')} | "
+                     f"{spread_words(level.per_request_tok_s)} "
+                     f"| {spread_words(level.aggregate_tok_s)} | {spread_words(level.vs_baseline, '.2f')} | "
+                     f"{spread_words(level.vs_dflash, '.2f')} | {spread_words(level.ms_per_round, '.2f')} | "
+                     f"{fmt(level.accept_length, '.2f')} | {spread_words(level.ttft_ms, '.1f')} | "
                      f"{lossless_words(level, result.outputs_checked)} |")
     lines += ["", "Spread: mean (lowest-highest) over the repeats; ratios are aggregate tok/s, repeat by repeat.", "",
               "## Accept-length histograms (share of verify rounds by tokens accepted, bonus included)", ""]
@@ -83,19 +90,22 @@ def markdown(result) -> str:
                   "| variant | concurrency | ms per round (measured) | accept length (table) | tok/s (projected) "
                   "| x DFLASH (projected) | x baseline (projected) |", "|---|---|---|---|---|---|---|"]
         for row in result.projection.rows:
-            lines.append(f"| {row.variant} | {row.concurrency} | {_f(row.measured_ms_per_round, '.2f')} | "
-                         f"{_f(row.accept_length, '.2f')} | {_f(row.projected_tok_s, '.1f')} | {_f(row.vs_dflash, '.2f')} | "
-                         f"{_f(row.vs_baseline, '.2f')} |" + (f" {row.note}" if row.note else ""))
+            lines.append(f"| {row.variant} | {row.concurrency} | {fmt(row.measured_ms_per_round, '.2f')} | "
+                         f"{fmt(row.accept_length, '.2f')} | {fmt(row.projected_tok_s, '.1f')} | "
+                         f"{fmt(row.vs_dflash, '.2f')} | "
+                         f"{fmt(row.vs_baseline, '.2f')} |" + (f" {row.note}" if row.note else ""))
     mismatched = [(run, level, m) for run, level in speed_rows(result) for m in level.mismatches]
     if mismatched:
         lines += ["", "## Mismatches against the baseline (first 20)", ""]
         lines += [f"- {run.label} c={level.concurrency} repeat {m.repeat} prompt {m.prompt_id}: first differs at "
                   f"{m.first_mismatch}: baseline {list(m.reference_continuation)} vs {list(m.continuation)}"
                   for run, level, m in mismatched[:20]]
-    return "\n".join(lines + ["", verdict(result), ""])
+    return "\n".join([*lines, "", verdict(result), ""])
 
 
-def sampling_markdown(check) -> list[str]:
+def sampling_markdown(check: SamplingCheck | None) -> list[str]:
+    if check is None:
+        return []
     lines = ["## Sampling at T = 1 (chi-square per output position)", "",
              f"{check.samples} completions of {check.tokens} tokens of prompt {check.prompt_id}, seeds "
              f"{check.seed}..{check.seed + check.samples - 1}; a position fails below alpha / positions "
@@ -112,7 +122,7 @@ def sampling_markdown(check) -> list[str]:
     return lines
 
 
-def verdict(result) -> str:
+def verdict(result: BenchResult) -> str:
     if result.ok:
         return "bench: PASS"
     return "bench: FAIL: " + "; ".join(result.failures)
@@ -127,7 +137,7 @@ def plot_unavailable() -> str | None:
     return None
 
 
-def plot(result, path: Path) -> str | None:
+def plot(result: BenchResult, path: Path) -> str | None:
     """Draw tok/s against concurrency (one line per variant) and accept length against budget."""
     missing = plot_unavailable()
     if missing:
@@ -139,11 +149,10 @@ def plot(result, path: Path) -> str | None:
 
     fig, (speed, accept) = plt.subplots(1, 2, figsize=(11, 4.2))
     for run in result.variants:
-        levels = [lv for lv in run.levels if lv.aggregate_tok_s]
-        if levels:
-            speed.errorbar([lv.concurrency for lv in levels], [lv.aggregate_tok_s.mean for lv in levels],
-                           yerr=[[lv.aggregate_tok_s.mean - lv.aggregate_tok_s.min for lv in levels],
-                                 [lv.aggregate_tok_s.max - lv.aggregate_tok_s.mean for lv in levels]],
+        points = [(lv.concurrency, lv.aggregate_tok_s) for lv in run.levels if lv.aggregate_tok_s]
+        if points:
+            speed.errorbar([c for c, _ in points], [s.mean for _, s in points],
+                           yerr=[[s.mean - s.min for _, s in points], [s.max - s.mean for _, s in points]],
                            marker="o", capsize=3, label=run.label)
     speed.set_xscale("log", base=2)
     speed.set_xlabel("concurrent requests")

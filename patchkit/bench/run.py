@@ -25,12 +25,23 @@ from patchkit.bench.acceptance import AcceptanceTable, Projected, load_acceptanc
 from patchkit.bench.profile import BUDGET_PLACEHOLDER, KIND_LABELS, BenchProfile, VariantSpec, load_bench_profile
 from patchkit.errors import BadInput
 from patchkit.results import CommandResult
+from patchkit.smoke.client import Generation
 from patchkit.smoke.compare import CONTINUATION_TOKENS, first_mismatch
-from patchkit.smoke.launch import Launch, QuietUI, ServerUI, Served, default_logs_dir, serve, server_argv, usable_prompts
+from patchkit.smoke.launch import (
+    Launch,
+    QuietUI,
+    Served,
+    ServerUI,
+    Status,
+    default_logs_dir,
+    preflight_or_raise,
+    serve,
+    server_argv,
+    usable_prompts,
+)
 from patchkit.smoke.preflight import Preflight
 from patchkit.smoke.prompts import Prompt, load_prompts
-from patchkit.smoke.run import preflight_or_raise
-from patchkit.smoke.server import Teardown
+from patchkit.smoke.server import ServerGroup, Teardown
 
 #: Bumped when a key of the bench's JSON result changes meaning or goes away (tests pin the keys).
 BENCH_SCHEMA = 1
@@ -212,7 +223,9 @@ def check_levels(opts: BenchOptions, profile: BenchProfile, specs: tuple[Variant
         raise BadInput("--budgets given, but no selected variant takes a budget",
                        hint="add a tree variant to --variants")
     block = draft_block_size(opts.draft_model) if any(s.per_budget for s in specs) else None
-    for budget in budgets if block is not None else ():
+    for budget in budgets:
+        if block is None:
+            break
         if budget + 1 < block:
             raise BadInput(f"--budgets {budget}: DDTREE needs a budget >= draft block size - 1 = {block - 1} "
                            f"({opts.draft_model / 'config.json'} has block_size {block})")
@@ -222,7 +235,8 @@ def check_levels(opts: BenchOptions, profile: BenchProfile, specs: tuple[Variant
     limit = min(profile.max_concurrency, server_max) if server_max else profile.max_concurrency
     for level in levels:
         if level > limit:
-            where = "--max-running-requests" if server_max and server_max <= profile.max_concurrency else "the profile's max_concurrency"
+            by_server = server_max is not None and server_max <= profile.max_concurrency
+            where = "--max-running-requests" if by_server else "the profile's max_concurrency"
             raise BadInput(f"--concurrency {level}: the server runs at most {limit} requests at once ({where})")
     if opts.expect_tree_gain is not None and not ({"chain", "tree"} <= {s.kind for s in specs}):
         raise BadInput("--expect-tree-gain needs a chain (DFLASH) and a tree (DDTREE) variant")
@@ -272,19 +286,24 @@ def expand(specs: tuple[VariantSpec, ...], budgets: tuple[int, ...]) -> list[Var
     return out
 
 
-def _level(server, status, variant: Variant, prompts, concurrency, repeats, warmup, max_new_tokens, timeout_s):
+#: One level's jobs and, per measured repeat, the generations in job order.
+LevelData = tuple[list[measure.Job], list[list[Generation]]]
+
+
+def _level(server: ServerGroup, status: Status, variant: Variant, prompts: tuple[Prompt, ...], concurrency: int,
+           repeats: int, warmup: int, max_new_tokens: int, timeout_s: float) -> LevelData:
     jobs = measure.level_jobs(prompts, concurrency)
     for w in range(warmup):
         status.update(f"{variant.name}: concurrency {concurrency}, warm-up {w + 1}/{warmup}")
         measure.run_batch(server, jobs[:concurrency], concurrency, max_new_tokens, timeout_s)
-    batches = []
+    batches: list[list[Generation]] = []
     for r in range(repeats):
         status.update(f"{variant.name}: concurrency {concurrency}, repeat {r + 1}/{repeats} ({len(jobs)} requests)")
         batches.append(measure.run_batch(server, jobs, concurrency, max_new_tokens, timeout_s))
     return jobs, batches
 
 
-def _level_run(concurrency: int, jobs, batches) -> LevelRun:
+def _level_run(concurrency: int, jobs: list[measure.Job], batches: list[list[Generation]]) -> LevelRun:
     stats = tuple(measure.repeat_stats(b) for b in batches)
     flat = [g for b in batches for g in b]
     accept = [s.accept_length for s in stats if s.accept_length is not None]
@@ -299,13 +318,13 @@ def _level_run(concurrency: int, jobs, batches) -> LevelRun:
     )
 
 
-def bench_variant(variant: Variant, launch: Launch, prompts, levels, repeats, warmup, max_new_tokens,
-                  ui: ServerUI) -> tuple[VariantRun, dict[int, list]]:
+def bench_variant(variant: Variant, launch: Launch, prompts: tuple[Prompt, ...], levels: tuple[int, ...], repeats: int,
+                  warmup: int, max_new_tokens: int, ui: ServerUI) -> tuple[VariantRun, dict[int, LevelData]]:
     """One server: every level; returns the run and, per level, the jobs and generations of each repeat."""
     argv = server_argv(launch, variant.args(), variant.spec.uses_draft)
-    collected: dict[int, tuple] = {}
+    collected: dict[int, LevelData] = {}
 
-    def work(server, status):
+    def work(server: ServerGroup, status: Status) -> None:
         for concurrency in levels:
             collected[concurrency] = _level(server, status, variant, prompts, concurrency, repeats, warmup,
                                             max_new_tokens, launch.request_timeout_s)
@@ -320,17 +339,19 @@ def bench_variant(variant: Variant, launch: Launch, prompts, levels, repeats, wa
 # ---------------------------------------------------------------- comparisons
 
 
-def reference_outputs(baseline_collected: dict[int, tuple]) -> dict[str, tuple[int, ...]]:
+def reference_outputs(baseline_collected: dict[int, LevelData]) -> dict[str, tuple[int, ...]]:
     """Per prompt id, the baseline's greedy output at its first level and first repeat."""
     first_level = next(iter(baseline_collected.values()))
     jobs, batches = first_level
-    return {job.prompt.id: gen.output_ids for job, gen in zip(jobs, batches[0])}
+    return {job.prompt.id: gen.output_ids for job, gen in zip(jobs, batches[0], strict=True)}
 
 
-def compare_level(level: LevelRun, jobs, batches, reference: dict[str, tuple[int, ...]]) -> LevelRun:
-    mismatches, compared = [], 0
+def compare_level(level: LevelRun, data: LevelData, reference: dict[str, tuple[int, ...]]) -> LevelRun:
+    jobs, batches = data
+    mismatches: list[Mismatch] = []
+    compared = 0
     for repeat, batch in enumerate(batches):
-        for job, gen in zip(jobs, batch):
+        for job, gen in zip(jobs, batch, strict=True):
             want = reference.get(job.prompt.id)
             if want is None:
                 continue
@@ -346,7 +367,7 @@ def compare_level(level: LevelRun, jobs, batches, reference: dict[str, tuple[int
 
 def with_ratios(runs: list[VariantRun]) -> list[VariantRun]:
     """Aggregate tok/s over the baseline's and DFLASH's at the same level, repeat by repeat."""
-    def by_level(kind):
+    def by_level(kind: str) -> dict[int, LevelRun]:
         run = next((r for r in runs if r.kind == kind and r.levels), None)
         return {level.concurrency: level for level in run.levels} if run else {}
 
@@ -356,7 +377,7 @@ def with_ratios(runs: list[VariantRun]) -> list[VariantRun]:
         ref = reference.get(level.concurrency)
         if ref is None:
             return None
-        return spread([a.aggregate_tok_s / b.aggregate_tok_s for a, b in zip(level.repeats, ref.repeats)
+        return spread([a.aggregate_tok_s / b.aggregate_tok_s for a, b in zip(level.repeats, ref.repeats, strict=False)
                        if b.aggregate_tok_s])
 
     return [replace(run, levels=tuple(replace(level, vs_baseline=ratio(level, baseline), vs_dflash=ratio(level, chain))
@@ -364,23 +385,39 @@ def with_ratios(runs: list[VariantRun]) -> list[VariantRun]:
 
 
 def tree_gains(runs: list[VariantRun], expected: float) -> tuple[TreeGain, ...]:
-    chain = next((r for r in runs if r.kind == "chain" and r.accept_length()), None)
+    chain = next((a for r in runs if r.kind == "chain" and (a := r.accept_length())), None)
     if chain is None:
         return ()
     gains = []
     for run in runs:
         accept = run.accept_length()
         if run.kind == "tree" and accept:
-            gain = accept / chain.accept_length()
+            gain = accept / chain
             gains.append(TreeGain(variant=run.name, budget=run.budget or 0, accept_length=accept,
-                                  dflash_accept_length=chain.accept_length(), gain=gain, ok=gain >= expected))
+                                  dflash_accept_length=chain, gain=gain, ok=gain >= expected))
     return tuple(gains)
 
 
 # ---------------------------------------------------------------- the command
 
 
-def _prepare(opts: BenchOptions):
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """Everything checked before the first server starts."""
+
+    profile: BenchProfile
+    specs: tuple[VariantSpec, ...]
+    budgets: tuple[int, ...]
+    levels: tuple[int, ...]
+    table: AcceptanceTable | None
+    prompt_file: Path
+    prompts: tuple[Prompt, ...]
+    skipped: tuple[str, ...]
+    preflight: Preflight
+    launch: Launch
+
+
+def _prepare(opts: BenchOptions) -> Prepared:
     if opts.gpus < 0:
         raise BadInput("--gpus must be 0 (CPU stand-in) or more")
     profile = load_bench_profile(opts.set_dir)
@@ -404,44 +441,49 @@ def _prepare(opts: BenchOptions):
         raise BadInput("no prompt can run: every prompt is text and the server skips its tokenizer")
     if opts.sampling:
         sampling.check_options(opts.samples, opts.sample_tokens, specs)
-    preflight = preflight_or_raise(opts, profile.smoke.set_id)  # type: ignore[arg-type]
-    logs = opts.logs or default_logs_dir("bench")
+    preflight = preflight_or_raise(gpus=opts.gpus, python=opts.python, port=opts.port, model=opts.model,
+                                   draft_model=opts.draft_model, target=opts.target, set_id=profile.smoke.set_id)
     launch = Launch(python=opts.python, model=opts.model, draft_model=opts.draft_model, target=opts.target,
                     port=opts.port, gpus=opts.gpus, server_args=profile.server_args, extra_args=opts.extra_args,
                     draft_model_flag=profile.smoke.draft_model_flag,
                     startup_timeout_s=opts.timeout_s or profile.smoke.startup_timeout_s,
                     request_timeout_s=profile.smoke.request_timeout_s,
-                    grace_period_s=profile.smoke.grace_period_s, logs=logs)
-    return profile, specs, budgets, levels, table, prompt_file, prompts, skipped, preflight, launch
+                    grace_period_s=profile.smoke.grace_period_s, logs=opts.logs or default_logs_dir("bench"))
+    return Prepared(profile=profile, specs=specs, budgets=budgets, levels=levels, table=table, prompt_file=prompt_file,
+                    prompts=prompts, skipped=skipped, preflight=preflight, launch=launch)
 
 
 def run_bench(opts: BenchOptions, ui: ServerUI | None = None) -> BenchResult:
     """The whole bench; see the module docstring for the order and the exit codes."""
     ui = ui or QuietUI()
-    profile, specs, budgets, levels, table, prompt_file, prompts, skipped, preflight, launch = _prepare(opts)
-    variants = expand(specs, budgets)
-    common = dict(command="bench", set_id=profile.smoke.set_id, gpus=opts.gpus, preflight=preflight, logs=launch.logs,
-                  prompt_file=prompt_file, prompts=len(prompts), skipped_prompts=skipped, budgets=budgets)
+    ready = _prepare(opts)
+    launch, levels = ready.launch, ready.levels
+    variants = expand(ready.specs, ready.budgets)
+    base = BenchResult(command="bench", ok=False, set_id=ready.profile.smoke.set_id, gpus=opts.gpus,
+                       preflight=ready.preflight, logs=launch.logs, prompt_file=ready.prompt_file,
+                       prompts=len(ready.prompts), skipped_prompts=ready.skipped, budgets=ready.budgets)
     if opts.sampling:
-        check = sampling.run_sampling(variants, launch, prompts[0], opts.samples, opts.sample_tokens, opts.seed,
+        check = sampling.run_sampling(variants, launch, ready.prompts[0], opts.samples, opts.sample_tokens, opts.seed,
                                       max(levels), ui)
-        return BenchResult(ok=check.ok, mode="sampling", sampling=check, max_new_tokens=opts.sample_tokens,
-                           concurrency=(max(levels),), failures=check.failures, **common)
-    max_new_tokens = opts.max_new_tokens or profile.max_new_tokens
-    repeats = opts.repeats or profile.repeats
-    warmup = profile.warmup if opts.warmup is None else opts.warmup
-    runs, collected = [], {}
+        return replace(base, ok=check.ok, mode="sampling", sampling=check, max_new_tokens=opts.sample_tokens,
+                       concurrency=(max(levels),), failures=check.failures)
+    max_new_tokens = opts.max_new_tokens or ready.profile.max_new_tokens
+    repeats = opts.repeats or ready.profile.repeats
+    warmup = ready.profile.warmup if opts.warmup is None else opts.warmup
+    runs: list[VariantRun] = []
+    collected: dict[str, dict[int, LevelData]] = {}
     for variant in variants:
-        run, data = bench_variant(variant, launch, prompts, levels, repeats, warmup, max_new_tokens, ui)
+        run, data = bench_variant(variant, launch, ready.prompts, levels, repeats, warmup, max_new_tokens, ui)
         runs.append(run)
         collected[run.name] = data
     failures = [f"{r.label}: {r.failure}" for r in runs if r.failure]
-    failures += [f"{r.label}: processes {list(r.teardown.leftover_pids)} left alive" for r in runs if not r.teardown.clean]
+    failures += [f"{r.label}: processes {list(r.teardown.leftover_pids)} left alive"
+                 for r in runs if not r.teardown.clean]
     baseline = next((r for r in runs if r.kind == "baseline" and collected[r.name]), None)
     mismatches = 0
     if opts.check_outputs and baseline is not None:
         reference = reference_outputs(collected[baseline.name])
-        runs = [replace(run, levels=tuple(compare_level(level, *collected[run.name][level.concurrency], reference)
+        runs = [replace(run, levels=tuple(compare_level(level, collected[run.name][level.concurrency], reference)
                                           for level in run.levels)) for run in runs]
         mismatches = sum(len(level.mismatches) for run in runs for level in run.levels)
         if mismatches:
@@ -453,18 +495,19 @@ def run_bench(opts: BenchOptions, ui: ServerUI | None = None) -> BenchResult:
     if opts.expect_tree_gain is not None:
         gains = tree_gains(runs, opts.expect_tree_gain)
         failures += [f"{g.variant}: accept length {g.accept_length:.2f} is {g.gain:.2f}x DFLASH's "
-                     f"{g.dflash_accept_length:.2f}, below the expected {opts.expect_tree_gain:g}x" for g in gains if not g.ok]
+                     f"{g.dflash_accept_length:.2f}, below the expected {opts.expect_tree_gain:g}x"
+                     for g in gains if not g.ok]
         if not gains:
             failures.append("tree gain not measured: no DFLASH or DDTREE accept length")
     projection = None
-    if table is not None:
-        projection = Projection(table=table.path, source=table.source, rows=project(
+    if ready.table is not None:
+        projection = Projection(table=ready.table.path, source=ready.table.source, rows=project(
             [(r.name, r.kind, r.budget, level.concurrency, level.ms_per_round.mean if level.ms_per_round else None)
-             for r in runs for level in r.levels], table))
-    result = BenchResult(ok=not failures, max_new_tokens=max_new_tokens, concurrency=levels, repeats=repeats,
-                         warmup=warmup, outputs_checked=opts.check_outputs and baseline is not None, variants=tuple(runs), mismatches=mismatches,
-                         expected_tree_gain=opts.expect_tree_gain, tree_gain=gains, projection=projection,
-                         failures=tuple(failures), **common)
+             for r in runs for level in r.levels], ready.table))
+    result = replace(base, ok=not failures, max_new_tokens=max_new_tokens, concurrency=levels, repeats=repeats,
+                     warmup=warmup, outputs_checked=opts.check_outputs and baseline is not None,
+                     variants=tuple(runs), mismatches=mismatches, expected_tree_gain=opts.expect_tree_gain,
+                     tree_gain=gains, projection=projection, failures=tuple(failures))
     return write_outputs(result, opts)
 
 

@@ -18,13 +18,22 @@ stand-in's ``SGLANG_STANDIN_BROKEN_ACCEPT`` does that and the tests check the ch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from patchkit.bench import measure
 from patchkit.bench.chisquare import ChiSquare, homogeneity
 from patchkit.errors import BadInput
+from patchkit.smoke.client import Generation
 from patchkit.smoke.launch import Launch, Served, ServerUI, serve, server_argv
 from patchkit.smoke.prompts import Prompt
+from patchkit.smoke.server import ServerGroup
+
+if TYPE_CHECKING:
+    from patchkit.bench.profile import VariantSpec
+    from patchkit.bench.run import Variant
+    from patchkit.smoke.launch import Status
 
 ALPHA = 1e-3
 MIN_SAMPLES = 64  # below this the pooled test has almost no categories and no power
@@ -64,7 +73,7 @@ class SamplingCheck:
         return not self.failures
 
 
-def check_options(samples: int, tokens: int, specs) -> None:
+def check_options(samples: int, tokens: int, specs: Sequence[VariantSpec]) -> None:
     if samples < MIN_SAMPLES:
         raise BadInput(f"--samples {samples}: at least {MIN_SAMPLES} are needed for the chi-square test")
     if tokens < 1:
@@ -74,16 +83,16 @@ def check_options(samples: int, tokens: int, specs) -> None:
         raise BadInput("--sampling compares a speculative variant with the baseline: select both with --variants")
 
 
-def sampling_params(seed: int) -> dict:
+def sampling_params(seed: int) -> dict[str, Any]:
     return {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "sampling_seed": seed}
 
 
-def _collect(variant, launch: Launch, prompt: Prompt, samples: int, tokens: int, seed: int, concurrency: int,
-             ui: ServerUI):
+def _collect(variant: Variant, launch: Launch, prompt: Prompt, samples: int, tokens: int, seed: int, concurrency: int,
+             ui: ServerUI) -> tuple[Served, list[tuple[int, ...]]]:
     jobs = [measure.Job(index=i, prompt=prompt, sampling=sampling_params(seed + i)) for i in range(samples)]
-    outputs: list = []
+    outputs: list[Generation] = []
 
-    def work(server, status):
+    def work(server: ServerGroup, status: Status) -> None:
         status.update(f"{variant.name}: {samples} samples of {tokens} tokens at T=1")
         outputs.extend(measure.run_batch(server, jobs, concurrency, tokens, launch.request_timeout_s))
 
@@ -102,10 +111,12 @@ def compare(baseline: list[tuple[int, ...]], other: list[tuple[int, ...]], token
     return tuple(tests)
 
 
-def run_sampling(variants, launch: Launch, prompt: Prompt, samples: int, tokens: int, seed: int, concurrency: int,
-                 ui: ServerUI) -> SamplingCheck:
-    servers, failures, results = [], [], []
-    reference = None
+def run_sampling(variants: Sequence[Variant], launch: Launch, prompt: Prompt, samples: int, tokens: int, seed: int,
+                 concurrency: int, ui: ServerUI) -> SamplingCheck:
+    servers: list[Served] = []
+    failures: list[str] = []
+    results: list[VariantSampling] = []
+    reference: list[tuple[int, ...]] = []
     ordered = sorted(variants, key=lambda v: v.spec.kind != "baseline")
     for variant in ordered:
         served, outputs = _collect(variant, launch, prompt, samples, tokens, seed, concurrency, ui)
@@ -121,7 +132,7 @@ def run_sampling(variants, launch: Launch, prompt: Prompt, samples: int, tokens:
         threshold = ALPHA / tokens
         positions = compare(reference, outputs, tokens)
         ok = all(p.test.p_value >= threshold for p in positions)
-        same = sum(a == b for a, b in zip(reference, outputs))
+        same = sum(a == b for a, b in zip(reference, outputs, strict=True))
         results.append(VariantSampling(variant=variant.name, label=variant.label, positions=positions,
                                        threshold=threshold, same_as_baseline=same, ok=ok))
         if not ok:

@@ -12,13 +12,16 @@ before anything is written.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import shutil
 import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from patchkit.errors import BadInput
 
@@ -51,6 +54,8 @@ SHAPES = {
     "qwen3-1.7b": Shape(layers=28, hidden=2048, heads=16, kv_heads=8, head_dim=128, intermediate=6144, vocab=151936,
                         tie_word_embeddings=True),
 }
+#: Every field a custom shape must give is overwritten; the rest are these defaults.
+CUSTOM_BASE = Shape(layers=0, hidden=0, heads=1, kv_heads=1, head_dim=0, intermediate=0, vocab=0)
 #: testmodels options that override a named shape's fields.
 OVERRIDES = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "draft_layers", "block_size")
 
@@ -63,11 +68,11 @@ def resolve_shape(name: str | None, overrides: dict[str, int | None]) -> Shape:
             raise BadInput(f"a custom shape needs --{' --'.join(m.replace('_', '-') for m in missing)}",
                            hint=f"or start from --shape {' / '.join(SHAPES)} and override fields")
         given.setdefault("head_dim", given["hidden"] // given["heads"])
-        shape = Shape(**given)
+        shape = replace(CUSTOM_BASE, **given)  # type: ignore[arg-type]  # the keys are int fields of Shape
     elif name not in SHAPES:
         raise BadInput(f"--shape {name}: unknown shape", hint=f"use one of {', '.join(SHAPES)}, or give every field")
     else:
-        shape = replace(SHAPES[name], **given)
+        shape = replace(SHAPES[name], **given)  # type: ignore[arg-type]  # the keys are int fields of Shape
     check_shape(shape)
     return shape
 
@@ -90,7 +95,7 @@ def target_layer_ids(layers: int, draft_layers: int) -> list[int]:
     if draft_layers == 1:
         return [layers // 2]
     start, end = 1, layers - 3
-    return [int(round(start + i * (end - start) / (draft_layers - 1))) for i in range(draft_layers)]
+    return [round(start + i * (end - start) / (draft_layers - 1)) for i in range(draft_layers)]
 
 
 def _layer_tensors(prefix: str, s: Shape) -> list[tuple[str, tuple[int, ...]]]:
@@ -126,7 +131,7 @@ def draft_tensors(s: Shape) -> list[tuple[str, tuple[int, ...]]]:
     return tensors
 
 
-def _common_config(s: Shape) -> dict:
+def _common_config(s: Shape) -> dict[str, Any]:
     return {
         "model_type": "qwen3", "vocab_size": s.vocab, "hidden_size": s.hidden, "intermediate_size": s.intermediate,
         "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads, "head_dim": s.head_dim,
@@ -138,15 +143,16 @@ def _common_config(s: Shape) -> dict:
     }
 
 
-def target_config(s: Shape) -> dict:
+def target_config(s: Shape) -> dict[str, Any]:
     return {"architectures": ["Qwen3ForCausalLM"], **_common_config(s), "num_hidden_layers": s.layers,
             "max_window_layers": s.layers}
 
 
-def draft_config(s: Shape) -> dict:
+def draft_config(s: Shape) -> dict[str, Any]:
     return {"architectures": ["DFlashDraftModel"], **_common_config(s), "num_hidden_layers": s.draft_layers,
             "num_target_layers": s.layers, "block_size": s.block_size, "tie_word_embeddings": False,
-            "dflash_config": {"mask_token_id": s.vocab - 1, "target_layer_ids": target_layer_ids(s.layers, s.draft_layers)}}
+            "dflash_config": {"mask_token_id": s.vocab - 1,
+                              "target_layer_ids": target_layer_ids(s.layers, s.draft_layers)}}
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -176,7 +182,7 @@ Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, what is 
 
 @dataclass(frozen=True, kw_only=True)
 class ShapeWrite:
-    shape: dict
+    shape: dict[str, Any]
     device: str
     bytes: int
     seconds: float
@@ -196,7 +202,8 @@ def check_room(out: Path, total: int) -> None:
                        hint="free some space or choose another --out")
 
 
-def _stream(torch, path: Path, tensors, generator, device, progress: Progress, done: int, total: int) -> int:
+def _stream(torch: Any, path: Path, tensors: list[tuple[str, tuple[int, ...]]], generator: Any, device: str,
+            progress: Progress, done: int, total: int) -> int:
     header = _header(tensors)
     with open(path, "wb") as handle:
         handle.write(struct.pack("<Q", len(header)))
@@ -207,9 +214,12 @@ def _stream(torch, path: Path, tensors, generator, device, progress: Progress, d
             else:
                 tensor = torch.empty(shape, dtype=torch.bfloat16, device=device).normal_(0.0, INIT_STD,
                                                                                         generator=generator)
-            data = tensor.cpu().contiguous().view(torch.uint8).numpy()
-            handle.write(memoryview(data))
-            done += data.nbytes
+            host = tensor.cpu().contiguous()
+            size = host.numel() * host.element_size()
+            # The tensor's bytes in place (no numpy, no copy); the file is little-endian like the host, checked
+            # once in write_shape_models.
+            handle.write(memoryview((ctypes.c_char * size).from_address(host.data_ptr())))
+            done += size
             progress(done, total, f"{path.parent.name}/{path.name}: {name}")
     return done
 
@@ -219,7 +229,9 @@ def write_shape_models(out: Path, shape: Shape, seed: int, device: str | None = 
     """Write ``out/target`` and ``out/draft`` at ``shape``; checks the room first, streams tensor by tensor."""
     from patchkit.hostprep.testmodels import _torch, _write_configs_only
 
-    torch = _torch()
+    torch: Any = _torch()  # type: ignore[no-untyped-call]  # testmodels.py is not strict yet
+    if sys.byteorder != "little":  # safetensors stores little-endian
+        raise BadInput("patchkit testmodels writes little-endian safetensors and needs a little-endian host")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     target, draft = target_tensors(shape), draft_tensors(shape)
     sizes = {"target": file_size(target), "draft": file_size(draft)}

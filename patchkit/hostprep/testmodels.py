@@ -60,11 +60,14 @@ hold 13 to 43 distinct tokens per 64.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from patchkit.errors import BadInput
 from patchkit.results import CommandResult
@@ -295,12 +298,20 @@ def draft_config(heads: int = HEADS) -> dict:
             "dflash_config": {"mask_token_id": MASK_TOKEN, "target_layer_ids": [CAPTURE_LAYER]}}
 
 
+def _raw_bytes(tensor: Any) -> bytes:
+    """A contiguous CPU tensor's bytes, read in place: no numpy, which torch does not require (a torch
+    installed without it fails ``Tensor.numpy()`` with "Numpy is not available")."""
+    if sys.byteorder != "little":  # safetensors stores little-endian
+        raise BadInput("patchkit testmodels writes little-endian safetensors and needs a little-endian host")
+    return ctypes.string_at(tensor.data_ptr(), tensor.numel() * tensor.element_size())
+
+
 def write_safetensors(path: Path, tensors: dict[str, object]) -> None:
     """Write the safetensors format (8-byte header length, JSON header, raw little-endian bf16 data)."""
     torch = _torch()
     header, blobs, offset = {}, [], 0
     for name in sorted(tensors):
-        data = tensors[name].to(torch.bfloat16).contiguous().view(torch.int16).numpy().astype("<i2").tobytes()
+        data = _raw_bytes(tensors[name].to(torch.bfloat16).contiguous())
         header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape),
                         "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)

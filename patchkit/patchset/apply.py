@@ -31,7 +31,7 @@ from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput, Interrupted
 from patchkit.git import Repo, identity_env, open_repo, quarantine
 from patchkit.patchset.series import PatchSet, load_set, message_with_trailers
 from patchkit.results import CommandResult
-from patchkit.patchset.status import DriftEntry, TargetState, drift_entries, inspect
+from patchkit.patchset.state import DriftEntry, TargetState, drift_entries, inspect
 from patchkit.patchset.staging import Conflict, ConflictError, Progress
 
 #: Test hook: comma-separated step names at which apply prints a marker and sleeps.
@@ -72,7 +72,7 @@ def apply(set_dir: Path, target: Path, *, dry_run: bool = False, progress: Progr
             "an interrupted apply left a journal in the target", hint="run `patchkit apply` to finish it first"
         )
     recovered = journal.recover(repo) if not dry_run else None
-    state = inspect(repo, pset)
+    state = inspect(repo, pset.manifest)
     result = _Outcome(pset, target, state, recovered)
     if state.base_commit is None:
         raise _not_base(repo, pset, state)
@@ -80,7 +80,7 @@ def apply(set_dir: Path, target: Path, *, dry_run: bool = False, progress: Progr
         return _already_or_drift(repo, pset, state, result)
     if state.dirty:
         raise BadInput(
-            f"the target has uncommitted changes: {', '.join(line[3:] for line in state.dirty[:10])}",
+            f"the target has uncommitted changes: {', '.join(e.path for e in state.dirty[:10])}",
             hint="commit, stash or remove them; apply needs a clean pinned base",
         )
     with quarantine(repo) as held:

@@ -27,6 +27,7 @@ from patchkit.patchset.series import sha256_file
 from patchkit.results import CommandResult
 from patchkit.patchset.safety import path_problem
 from patchkit.patchset.staging import Progress
+from patchkit.patchset import state
 
 BRANCH = "patchkit"
 #: Author/committer date of every base commit (fixed so the commit id is reproducible).
@@ -54,8 +55,6 @@ def default_dest(manifest: Manifest) -> Path:
     return paths.trees_dir() / f"{name}-{manifest.git.commit[:12]}"
 
 
-def base_message(pypi: PypiBase) -> str:
-    return f"base: {pypi.package} {pypi.version}, wheel sha256 {pypi.sha256}\n"
 
 
 def fetch(
@@ -66,34 +65,6 @@ def fetch(
     if from_git is not None or manifest.base_kind == "git":
         return _fetch_git(manifest, dest, from_git)
     return _fetch_pypi(manifest, dest, progress)
-
-
-def find_base_by_tree(repo: Repo, manifest: Manifest, progress: Progress | None = None) -> str | None:
-    """The newest first-parent ancestor of HEAD whose tree is the base's (fetched if needed).
-
-    Lets a tree built elsewhere (another base commit message, same files) serve as the base.
-    """
-    if manifest.base_kind == "git" and manifest.git and repo.rev(manifest.git.commit):
-        return manifest.git.commit
-    tree = manifest.lock.base_tree if manifest.lock else fetch(manifest, progress=progress).tree
-    for line in repo.run("log", "--first-parent", "--format=%H %T", "HEAD").splitlines():
-        commit, commit_tree = line.split()
-        if commit_tree == tree:
-            return commit
-    return base_commit_in(repo, manifest)
-
-
-def base_commit_in(repo: Repo, manifest: Manifest) -> str | None:
-    """The base commit inside ``repo``: the git pin, or the root commit with the base message."""
-    if manifest.git and repo.rev(manifest.git.commit) and manifest.base_kind == "git":
-        return manifest.git.commit
-    if manifest.pypi:
-        for root in repo.run("rev-list", "--max-parents=0", "HEAD", check=False).split():
-            if repo.commit_message(root) == base_message(manifest.pypi):
-                return root
-    if manifest.git and repo.rev(manifest.git.commit):
-        return manifest.git.commit
-    return None
 
 
 # ---------------------------------------------------------------------- pypi
@@ -119,7 +90,7 @@ def _existing_base(manifest: Manifest, dest: Path) -> str | None:
         return None
     if not (dest / ".git").exists():
         raise BadInput(f"{dest} exists and is not a git repository", hint="remove it or pass --dest")
-    commit = base_commit_in(Repo(dest), manifest)
+    commit = state.base_commit(Repo(dest), manifest)
     if commit is None:
         raise BadInput(
             f"{dest} exists but does not hold the base {manifest.base_label()}", hint="remove it or pass --dest"
@@ -187,7 +158,7 @@ def _build_tree(pypi: PypiBase, wheel: Path, dest: Path) -> str:
         repo.run("add", "-A", "-f", ".")
         tree = repo.run("write-tree")
         env = identity_env(PATCHKIT_NAME, PATCHKIT_EMAIL, BASE_DATE)
-        commit = repo.run("commit-tree", "--no-gpg-sign", tree, "-F", "-", env=env, input=base_message(pypi))
+        commit = repo.run("commit-tree", "--no-gpg-sign", tree, "-F", "-", env=env, input=state.base_message(pypi))
         repo.run("update-ref", f"refs/heads/{BRANCH}", commit)
         staging.rename(dest)
         return commit

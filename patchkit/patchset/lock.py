@@ -16,6 +16,7 @@ from patchkit.errors import BadInput
 from patchkit.git import Repo, open_repo, quarantine
 from patchkit.manifest import Lock, LockedPatch
 from patchkit.patchset.series import PatchSet, load_set
+from patchkit.patchset import state
 from patchkit.results import CommandResult
 from patchkit.patchset.staging import Progress, post_image, stage_series
 
@@ -46,7 +47,7 @@ def lock(set_dir: Path, base_dir: Path | None = None, progress: Progress | None 
     if not base_dir.exists():
         base_mod.fetch(man, base_dir, progress=progress)
     repo = open_repo(base_dir, "base tree")
-    commit = base_mod.base_commit_in(repo, man)
+    commit = state.base_commit(repo, man)
     if commit is None:
         raise BadInput(
             f"{base_dir} does not hold the base {man.base_label()}", hint="pass --base DIR or run `patchkit base fetch`"

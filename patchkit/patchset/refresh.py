@@ -19,14 +19,14 @@ import unidiff
 
 from patchkit.patchset import journal
 from patchkit import manifest as manifest_mod
-from patchkit.patchset.base import find_base_by_tree
+from patchkit.patchset import base as base_mod
 from patchkit.errors import BadInput, EXIT_FAILED, EXIT_OK, Internal
 from patchkit.git import Repo, identity_env, open_repo, quarantine
 from patchkit.patchset.lock import compute_lock
 from patchkit.patchset.series import SERIES_NAME, Patch, PatchSet, load_set, parse_patch, read_series, split_trailers
 from patchkit.results import CommandResult
 from patchkit.patchset.staging import Progress, stage_series
-from patchkit.patchset.status import find_base
+from patchkit.patchset import state
 
 #: format-patch options: stable output (no commit ids, no version signature, full blob ids).
 FORMAT_OPTIONS = (
@@ -94,11 +94,11 @@ def refresh(
 
 
 def _base_commit(repo: Repo, pset: PatchSet, progress: Progress | None) -> str:
-    commit = find_base(repo, pset) if pset.manifest.lock else None
+    man = pset.manifest
+    commit = state.base_commit(repo, man)
     if commit is None:  # no lock yet, or a new base pin (porting): learn the base tree from the pin itself
-        commit = find_base_by_tree(repo, dataclasses.replace(pset.manifest, lock=None), progress)
-    if commit is None:
-        raise BadInput(f"the target does not contain the base {pset.manifest.base_label()}")
+        fetched = base_mod.fetch(dataclasses.replace(man, lock=None), progress=progress)
+        commit = state.require_base(repo, man, base_tree=fetched.tree)
     return commit
 
 

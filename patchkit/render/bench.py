@@ -1,94 +1,88 @@
-"""People's view of ``patchkit bench`` (rich tables); ``--json`` goes through the common envelope."""
+"""Human output of ``patchkit bench``: the speed table, histograms, tree gain, projection, or the
+sampling table; the verdict last. ``--json`` goes through the common envelope."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
-
 from patchkit.bench import report
 from patchkit.bench.run import BenchResult
+from patchkit.render import NORMAL, QUIET, human, out, say, table
 
 
-#: Width of the tables when stdout is not a terminal (logs, CI): wide enough for every column.
-LOG_WIDTH = 220
-
-
-def _print_table(stdout, table: Table) -> None:
-    if stdout.is_terminal:
-        stdout.print(table)
-    else:  # a log or a pipe: no terminal width to respect, so no column is cut
-        Console(file=stdout.file, width=LOG_WIDTH, highlight=False, soft_wrap=True).print(table)
-
-
-def render_bench(result: BenchResult, stdout, human) -> None:
-    say = lambda text: stdout.print(text, markup=False)  # noqa: E731
-    if result.mode == "sampling":
-        _sampling(result, stdout, say)
-    else:
-        _speed(result, stdout, say)
-    for run in result.variants:
-        if run.failure:
-            say(f"{run.label} server failed: {run.failure}\n  log: {run.log}")
-            if run.log_tail:
-                say("  last log lines:\n    " + run.log_tail.replace("\n", "\n    "))
-    if result.report:
-        say(f"report: {result.report}")
-    if result.plot:
-        say(f"plot: {result.plot}")
-    if result.plot_note:
-        say(result.plot_note)
-    say(f"{report.verdict(result)}; logs in {result.logs}")
-
-
-def _speed(result: BenchResult, stdout, say) -> None:
-    table = Table(title=f"bench {result.set_id}: {result.prompts} prompts x {result.max_new_tokens} tokens, "
+def _speed(result: BenchResult) -> None:
+    shown = table("variant", "conc.", "ready s", "tok/s/req", "tok/s agg", "x base", "x DFLASH", "ms/round",
+                  "accept", "TTFT ms", "outputs",
+                  title=f"bench {result.set_id}: {result.prompts} prompts x {result.max_new_tokens} tokens, "
                         f"{result.repeats} repeats (mean, lowest-highest)")
-    for column in ("variant", "conc.", "ready s", "tok/s/req", "tok/s agg", "x base", "x DFLASH", "ms/round",
-                   "accept", "TTFT ms", "outputs"):
-        table.add_column(column)
     for run, level in report.speed_rows(result):
-        table.add_row(run.label, str(level.concurrency), report._f(run.ready_s, ".1f"),
-                      report._spread(level.per_request_tok_s), report._spread(level.aggregate_tok_s),
-                      report._spread(level.vs_baseline, ".2f"), report._spread(level.vs_dflash, ".2f"),
-                      report._spread(level.ms_per_round, ".2f"), report._f(level.accept_length, ".2f"),
-                      report._spread(level.ttft_ms, ".1f"), report.lossless_words(level, result.outputs_checked))
-    _print_table(stdout, table)
+        shown.add_row(run.label, str(level.concurrency), report.fmt(run.ready_s, ".1f"),
+                      report.spread_words(level.per_request_tok_s), report.spread_words(level.aggregate_tok_s),
+                      report.spread_words(level.vs_baseline, ".2f"), report.spread_words(level.vs_dflash, ".2f"),
+                      report.spread_words(level.ms_per_round, ".2f"), report.fmt(level.accept_length, ".2f"),
+                      report.spread_words(level.ttft_ms, ".1f"), report.lossless_words(level, result.outputs_checked))
+    out().print(shown)
     for run, level in report.speed_rows(result):
         if level.histogram:
             say(f"accept lengths {run.label} c={level.concurrency}: {report.histogram_words(level.histogram)}")
     for gain in result.tree_gain:
         say(f"tree gain {gain.variant}: {gain.accept_length:.2f} / {gain.dflash_accept_length:.2f} = {gain.gain:.2f}x "
             f"({'ok' if gain.ok else 'BELOW'} the expected {result.expected_tree_gain:g}x)")
+    if result.projection:
+        projected = table("variant", "conc.", "ms/round MEASURED", "accept (table)", "tok/s PROJECTED",
+                          "x DFLASH PROJECTED", "x base PROJECTED", "note",
+                          title=f"projected with {result.projection.table.name} ({result.projection.source})")
+        for row in result.projection.rows:
+            projected.add_row(row.variant, str(row.concurrency), report.fmt(row.measured_ms_per_round, ".2f"),
+                              report.fmt(row.accept_length, ".2f"), report.fmt(row.projected_tok_s, ".1f"),
+                              report.fmt(row.vs_dflash, ".2f"), report.fmt(row.vs_baseline, ".2f"), row.note)
+        out().print(projected)
+
+
+def _mismatches(result: BenchResult) -> None:
     for run, level in report.speed_rows(result):
         for m in level.mismatches[:5]:
-            say(f"MISMATCH {run.label} c={level.concurrency} repeat {m.repeat} prompt {m.prompt_id} at {m.first_mismatch}: "
-                f"baseline {list(m.reference_continuation)} vs {list(m.continuation)}")
-    if result.projection:
-        proj = Table(title=f"projected with {result.projection.table.name} ({result.projection.source})")
-        for column in ("variant", "conc.", "ms/round MEASURED", "accept (table)", "tok/s PROJECTED",
-                       "x DFLASH PROJECTED", "x base PROJECTED", "note"):
-            proj.add_column(column)
-        for row in result.projection.rows:
-            proj.add_row(row.variant, str(row.concurrency), report._f(row.measured_ms_per_round, ".2f"),
-                         report._f(row.accept_length, ".2f"), report._f(row.projected_tok_s, ".1f"),
-                         report._f(row.vs_dflash, ".2f"), report._f(row.vs_baseline, ".2f"), row.note)
-        _print_table(stdout, proj)
+            say(f"MISMATCH {run.label} c={level.concurrency} repeat {m.repeat} prompt {m.prompt_id} at "
+                f"{m.first_mismatch}: baseline {list(m.reference_continuation)} vs {list(m.continuation)}")
 
 
-def _sampling(result: BenchResult, stdout, say) -> None:
+def _sampling(result: BenchResult) -> None:
     check = result.sampling
-    table = Table(title=f"sampling at T=1: {check.samples} x {check.tokens} tokens, prompt {check.prompt_id}, "
+    assert check is not None
+    shown = table("variant", "position", "chi-square", "df", "p-value", "distinct (base/var)", "verdict",
+                  title=f"sampling at T=1: {check.samples} x {check.tokens} tokens, prompt {check.prompt_id}, "
                         f"fail below p = {check.alpha:g} / {check.tokens}")
-    for column in ("variant", "position", "chi-square", "df", "p-value", "distinct (base/var)", "verdict"):
-        table.add_column(column)
     for v in check.variants:
         for p in v.positions:
-            table.add_row(v.label, str(p.position), f"{p.test.statistic:.2f}", str(p.test.df), f"{p.test.p_value:.3g}",
+            shown.add_row(v.label, str(p.position), f"{p.test.statistic:.2f}", str(p.test.df), f"{p.test.p_value:.3g}",
                           f"{p.distinct_baseline}/{p.distinct_variant}",
                           "ok" if p.test.p_value >= v.threshold else "DIFFERS")
-    _print_table(stdout, table)
+    out().print(shown)
     for v in check.variants:
         say(f"{v.label}: same output as the baseline for the same seed in {v.same_as_baseline}/{check.samples}")
-    for served in check.servers:
-        if served.failure:
-            say(f"{served.name} server failed: {served.failure}\n  log: {served.log}")
+
+
+def _server_failures(result: BenchResult) -> None:
+    served = [(r.label, r.failure, r.log, r.log_tail) for r in result.variants]
+    if result.sampling:
+        served += [(s.name, s.failure, s.log, s.log_tail) for s in result.sampling.servers]
+    for label, failure, log, tail in served:
+        if failure:
+            say(f"{label} server failed: {failure}\n  log: {log}")
+            if tail:
+                say("  last log lines:\n    " + tail.replace("\n", "\n    "))
+
+
+@human.register
+def _human_bench(result: BenchResult, verbosity: int = NORMAL) -> None:
+    if verbosity > QUIET:
+        if result.mode == "sampling":
+            _sampling(result)
+        else:
+            _speed(result)
+    _mismatches(result)
+    _server_failures(result)
+    for path, what in ((result.report, "report"), (result.plot, "plot")):
+        if path:
+            say(f"{what}: {path}")
+    if result.plot_note:
+        say(result.plot_note)
+    say(f"{report.verdict(result)}; logs in {result.logs}")

@@ -15,10 +15,11 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from patchkit.errors import Interrupted
+from patchkit.errors import BadInput, Interrupted
 from patchkit.smoke import client
+from patchkit.smoke.preflight import Preflight, run_preflight
 from patchkit.smoke.prompts import Prompt
 from patchkit.smoke.server import ServerFailed, ServerGroup, Teardown
 
@@ -93,7 +94,8 @@ def default_logs_dir(command: str) -> Path:
     return Path(os.environ.get("PATCHKIT_HOME", ".patchkit")) / "logs" / f"{command}-{stamp}-{os.getpid()}"
 
 
-def usable_prompts(prompts: tuple[Prompt, ...], argv_tail: tuple[str, ...]) -> tuple[tuple[Prompt, ...], tuple[str, ...]]:
+def usable_prompts(prompts: tuple[Prompt, ...],
+                   argv_tail: tuple[str, ...]) -> tuple[tuple[Prompt, ...], tuple[str, ...]]:
     """Text prompts cannot run on a server without a tokenizer; they are skipped, by id."""
     if SKIP_TOKENIZER_FLAG not in argv_tail:
         return prompts, ()
@@ -101,8 +103,19 @@ def usable_prompts(prompts: tuple[Prompt, ...], argv_tail: tuple[str, ...]) -> t
     return kept, tuple(p.id for p in prompts if p.needs_tokenizer)
 
 
+def preflight_or_raise(*, gpus: int, python: str, port: int, model: Path, draft_model: Path, target: Path,
+                       set_id: str) -> Preflight:
+    """Every preflight check; any failure is bad input (exit 2), listed in one line, nothing started."""
+    preflight = run_preflight(gpus=gpus, python=python, ports=(port,), model=model, draft_model=draft_model,
+                              target=target, set_id=set_id)
+    if not preflight.ok:
+        reasons = "; ".join(f"{c.name}: {c.detail}" for c in preflight.failures())
+        raise BadInput(f"preflight failed: {reasons}", hint="nothing was started")
+    return preflight
+
+
 def request(server: ServerGroup, prompt: Prompt, max_new_tokens: int, timeout_s: float,
-            sampling: dict | None = None) -> client.Generation:
+            sampling: dict[str, Any] | None = None) -> client.Generation:
     """One ``/generate``; a failed request is a :class:`ServerFailed` naming the prompt (and the exit
     code, if the server died)."""
     try:

@@ -15,8 +15,18 @@ from patchkit.errors import EXIT_BAD_INPUT, BadInput
 from patchkit.results import CommandResult
 from patchkit.smoke import client
 from patchkit.smoke.compare import PromptComparison, ServerStats, compare, summarize
-from patchkit.smoke.launch import (Launch, QuietUI, ServerUI, Status, default_logs_dir, request, serve,
-                                   server_argv, usable_prompts)
+from patchkit.smoke.launch import (
+    Launch,
+    QuietUI,
+    ServerUI,
+    Status,
+    default_logs_dir,
+    preflight_or_raise,
+    request,
+    serve,
+    server_argv,
+    usable_prompts,
+)
 from patchkit.smoke.preflight import Preflight, run_preflight
 from patchkit.smoke.prompts import Prompt, load_prompts
 from patchkit.smoke.server import ServerGroup, Teardown
@@ -25,7 +35,7 @@ from patchkit.smoke.setinfo import SmokeProfile, load_smoke_profile
 ROLES = ("baseline", "ddtree")
 SmokeUI = ServerUI  # the live view of a run (spinner and notes), shared with patchkit bench
 
-__all__ = ["QuietUI", "ROLES", "ServerRun", "SmokeOptions", "SmokeResult", "SmokeUI", "run_smoke"]
+__all__ = ["ROLES", "QuietUI", "ServerRun", "SmokeOptions", "SmokeResult", "SmokeUI", "run_smoke"]
 
 
 @dataclass(frozen=True)
@@ -116,15 +126,6 @@ def run_server(role: str, launch: Launch, profile: SmokeProfile, prompts: tuple[
     return run, generations
 
 
-def preflight_or_raise(opts: SmokeOptions, set_id: str) -> Preflight:
-    preflight = run_preflight(gpus=opts.gpus, python=opts.python, ports=(opts.port,), model=opts.model,
-                              draft_model=opts.draft_model, target=opts.target, set_id=set_id)
-    if not preflight.ok:
-        reasons = "; ".join(f"{c.name}: {c.detail}" for c in preflight.failures())
-        raise BadInput(f"preflight failed: {reasons}", hint="nothing was started")
-    return preflight
-
-
 def run_smoke(opts: SmokeOptions, ui: ServerUI | None = None) -> SmokeResult:
     """The whole smoke test; see the module docstring for exit codes."""
     ui = ui or QuietUI()
@@ -140,7 +141,8 @@ def run_smoke(opts: SmokeOptions, ui: ServerUI | None = None) -> SmokeResult:
                                   draft_model=opts.draft_model, target=opts.target, set_id=profile.set_id)
         return SmokeResult(command="smoke", ok=preflight.ok, set_id=profile.set_id, gpus=opts.gpus,
                            preflight=preflight, preflight_only=True)
-    preflight = preflight_or_raise(opts, profile.set_id)
+    preflight = preflight_or_raise(gpus=opts.gpus, python=opts.python, port=opts.port, model=opts.model,
+                                   draft_model=opts.draft_model, target=opts.target, set_id=profile.set_id)
     base = dict(command="smoke", set_id=profile.set_id, gpus=opts.gpus, preflight=preflight)
     logs = opts.logs or default_logs_dir("smoke")
     launch = smoke_launch(opts, profile, logs)

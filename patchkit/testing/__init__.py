@@ -13,11 +13,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from patchkit.patchset import apply as apply_mod
 from patchkit import paths
-from patchkit.patchset import base
 from patchkit.errors import Failed
 from patchkit.manifest import load
+from patchkit.patchset import apply as apply_mod
+from patchkit.patchset import base
 
 TARGET_ENV = "PATCHKIT_TARGET"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import git
 import pytest
-from verify_helpers import REPO
+from tests.verify.verify_helpers import REPO
 
 V1 = REPO / "ddtree_patches" / "v1"
 

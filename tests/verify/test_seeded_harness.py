@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import test_seeded_defects as seeded
-from test_seeded_defects import Defect, line_of, seeded_set
+from tests.verify import test_seeded_defects as seeded
+from tests.verify.test_seeded_defects import Defect, line_of, seeded_set
 
 PATCH = """From 0 Mon Sep 17 00:00:00 2001
 Subject: [PATCH] add ddtree

@@ -1,0 +1,287 @@
+"""The state of a target tree against a patch set: THE one definition of "the base" and of drift.
+
+Every command that asks "where does the set start in this tree?" or "is this tree exactly the set
+applied?" calls this module: apply, status, refresh and lock here, verify (touched files, the
+exactness statement) and smoke (is the tree patched by the set) in their packages.
+
+The base
+    :func:`base_commit` walks HEAD's first parents, newest first, and returns the first commit that
+    is the pinned base: its tree is the locked base tree (``[lock] base_tree``), or it is the
+    ``[base.git] commit``, or (pypi bases) it is a root commit carrying the message
+    ``patchkit base fetch`` writes for the pinned wheel. So a base fetched from the wheel, a clone of
+    upstream at the pin, and a tree built elsewhere with the same files all count, and upstream
+    history below the pin is never mistaken for the set's own changes.
+
+Touched files
+    :func:`touched`: files that differ between that base and the work tree (committed or not),
+    untracked files included, deletions excluded.
+
+Drift and exactness
+    :func:`inspect` reads HEAD, the base, our patch commits (by trailer) and uncommitted changes;
+    :func:`exactness` says whether the tree is exactly the set applied, and if not, why, with the fix.
+
+Bytecode (``__pycache__/``, ``*.pyc``) is derived from the sources by any import of the tree and never
+counts as a change: running the set's tests against a tree does not make it drift.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from patchkit.errors import BadInput
+from patchkit.git import Repo, StatusEntry
+from patchkit.manifest import ABSENT, Manifest, PypiBase
+from patchkit.patchset.series import PatchSet, sha256_bytes, split_trailers, trailer_set
+
+#: How far back from HEAD the base is searched (first parents).
+MAX_DEPTH = 5000
+
+#: What :func:`exactness` finds a target to be.
+#: ``base``: the pinned base, nothing applied, clean. ``applied``: exactly the set, clean.
+#: ``partial``: a clean prefix of the series. ``drift``: anything else on top of the base.
+#: ``not-base``: the pinned base is not among HEAD's first parents.
+TreeState = Literal["base", "applied", "partial", "drift", "not-base"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppliedCommit:
+    commit: str
+    patch: str  # file name from the Patchkit-Patch trailer
+    set: str  # name@version from the Patchkit-Set trailer
+    matches: bool | None = None  # the commit's change equals the set's patch (patch-id), when checked
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriftEntry:
+    path: str
+    reason: str  # "modified", "missing", "should be absent", "uncommitted: XY", "not applied", "commit without ..."
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetState:
+    head: str  # "" when the repository has no commit yet
+    ref: str  # what HEAD points at (refs/heads/x), or "HEAD" when detached
+    base_commit: str | None
+    applied: tuple[AppliedCommit, ...]  # our patch commits right after the base, in order
+    foreign: tuple[str, ...]  # later commits without our trailers (user edits)
+    dirty: tuple[StatusEntry, ...]  # uncommitted changes, untracked files included, bytecode excluded
+
+
+def is_bytecode(path: str) -> bool:
+    """A file any import of the tree derives from its sources (never a change of the tree's own)."""
+    return "__pycache__/" in f"/{path}" or path.endswith((".pyc", ".pyo"))
+
+
+# ---------------------------------------------------------------------- the base
+def base_commit(repo: Repo, manifest: Manifest, *, base_tree: str | None = None) -> str | None:
+    """The newest first-parent ancestor of HEAD (HEAD included) that is the pinned base, or None.
+
+    ``base_tree`` replaces the locked base tree, for a set that has no lock yet or whose pin changed
+    (``refresh`` learns it from the fetched base).
+    """
+    tree = base_tree or (manifest.lock.base_tree if manifest.lock else None)
+    pinned = manifest.git.commit if manifest.git else None
+    if repo.rev("HEAD") is None:
+        return None
+    log = repo.run("log", "--first-parent", "--format=%H %T %P", "-n", str(MAX_DEPTH), "HEAD")
+    for line in log.splitlines():
+        commit, commit_tree, *parents = line.split()
+        if commit_tree == tree or commit == pinned or (not parents and _is_fetched_base(repo, manifest, commit)):
+            return commit
+    return None
+
+
+def _is_fetched_base(repo: Repo, manifest: Manifest, root: str) -> bool:
+    """A root commit made by ``patchkit base fetch`` from the pinned wheel (its message names the sha256)."""
+    return manifest.pypi is not None and repo.commit_message(root) == base_message(manifest.pypi)
+
+
+def base_message(pypi: PypiBase) -> str:
+    """The message of the one commit ``patchkit base fetch`` makes for a pypi base."""
+    return f"base: {pypi.package} {pypi.version}, wheel sha256 {pypi.sha256}\n"
+
+
+def require_base(repo: Repo, manifest: Manifest, *, base_tree: str | None = None) -> str:
+    """:func:`base_commit`, or BadInput naming the tree and the base it lacks."""
+    found = base_commit(repo, manifest, base_tree=base_tree)
+    if found is None:
+        raise BadInput(
+            f"{repo.path} does not contain the base {manifest.base_label()} among HEAD's first parents",
+            hint="pass --target with a tree made by `patchkit base fetch` (and `patchkit apply`)",
+        )
+    return found
+
+
+def touched(repo: Repo, manifest: Manifest) -> tuple[str, ...]:
+    """Files that differ between the base and the work tree, sorted: commits after the base and
+    uncommitted edits alike, untracked files included, deletions and bytecode excluded.
+
+    Raises BadInput when the tree does not contain the base.
+    """
+    base = require_base(repo, manifest)
+    changed = repo.names_z("diff", "--name-only", "--no-renames", "--diff-filter=d", "-z", base, "--")
+    return tuple(sorted(p for p in {*changed, *repo.untracked()} if not is_bytecode(p)))
+
+
+def patched_by(repo: Repo, manifest: Manifest) -> bool:
+    """Whether a commit of the set (trailer ``Patchkit-Set: <name>@<version>``) sits on top of the base."""
+    return any(commit.set == manifest.label for commit in inspect(repo, manifest).applied)
+
+
+# ---------------------------------------------------------------------- reading a target
+def inspect(repo: Repo, manifest: Manifest) -> TargetState:
+    """Read HEAD, the base, our patch commits after it and uncommitted changes."""
+    head = repo.rev("HEAD")
+    if head is None:
+        return TargetState(head="", ref=repo.head_ref(), base_commit=None, applied=(), foreign=(), dirty=())
+    base = base_commit(repo, manifest)
+    applied: list[AppliedCommit] = []
+    foreign: list[str] = []
+    for commit in repo.first_parent_log(base) if base else []:
+        message = repo.commit_message(commit)
+        _, name = split_trailers(message)
+        label = trailer_set(message)
+        if name and label and not foreign:
+            applied.append(AppliedCommit(commit=commit, patch=name, set=label))
+        else:
+            foreign.append(commit)
+    dirty = tuple(e for e in repo.status_entries() if not is_bytecode(e.path))
+    return TargetState(
+        head=head, ref=repo.head_ref(), base_commit=base, applied=tuple(applied), foreign=tuple(foreign), dirty=dirty
+    )
+
+
+def worktree_drift(repo: Repo, post_image: dict[str, str]) -> list[DriftEntry]:
+    """Files whose bytes in the work tree differ from the locked post-image."""
+    drift = []
+    for rel, expected in sorted(post_image.items()):
+        path = repo.path / rel
+        if expected == ABSENT:
+            if os.path.lexists(path):
+                drift.append(DriftEntry(path=rel, reason="should be absent"))
+            continue
+        if not os.path.lexists(path):
+            drift.append(DriftEntry(path=rel, reason="missing"))
+            continue
+        data = os.readlink(path).encode("utf-8", "surrogateescape") if path.is_symlink() else path.read_bytes()
+        if sha256_bytes(data) != expected:
+            drift.append(DriftEntry(path=rel, reason="modified"))
+    return drift
+
+
+def drift_entries(repo: Repo, pset: PatchSet, state: TargetState) -> list[DriftEntry]:
+    """Everything that keeps ``state`` from being exactly the fully patched tree."""
+    entries = [DriftEntry(path=e.path, reason=f"uncommitted: {e.code.strip()}") for e in state.dirty]
+    names = [p.name for p in pset.patches]
+    entries += [DriftEntry(path=name, reason="not applied") for name in names[len(state.applied) :]]
+    entries += [
+        DriftEntry(path=commit[:12], reason="commit without patchkit trailers on top of the set")
+        for commit in state.foreign
+    ]
+    assert pset.manifest.lock is not None
+    seen = {e.path for e in entries}
+    entries += [e for e in worktree_drift(repo, pset.manifest.lock.post_image) if e.path not in seen]
+    return entries
+
+
+def patch_matches(repo: Repo, commit: str, diff: bytes) -> bool:
+    """True when the commit's change equals the patch's (``git patch-id --stable`` on both).
+
+    The commit is diffed with and without rename detection, since the patch may use either form.
+    """
+    theirs = repo.run("patch-id", "--stable", input=diff).split()[:1]
+    for renames in ("--no-renames", "-M"):
+        shown = repo.run_bytes("diff-tree", "-p", "--full-index", renames, f"{commit}^", commit)[1]
+        if theirs and repo.run("patch-id", "--stable", input=shown).split()[:1] == theirs:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------- exactness
+@dataclass(frozen=True, kw_only=True)
+class Exactness:
+    """Whether a target is exactly the set applied to its base (what ``status`` reports, and what
+    ``verify`` states before it runs a gate)."""
+
+    target: str
+    set: str  # name@version
+    state: TreeState
+    base_commit: str | None
+    applied: tuple[AppliedCommit, ...]  # with ``matches`` checked against the set's patches
+    missing: tuple[str, ...]  # patches of the series not applied (after the applied prefix)
+    drift: tuple[DriftEntry, ...]
+
+    @property
+    def exact(self) -> bool:
+        return self.state == "applied"
+
+    def statement(self) -> str:
+        """One line for people: what the tree is, relative to the set."""
+        if self.exact:
+            return f"{self.target} is exactly {self.set} applied to its base"
+        if self.state == "not-base":
+            return f"{self.target} is not patched by {self.set}: the pinned base is not in its history"
+        if self.state == "base":
+            return f"{self.target} is not patched by {self.set}: it is the unpatched base"
+        shown = ", ".join(f"{e.path} ({e.reason})" for e in self.drift[:5]) + (" ..." if len(self.drift) > 5 else "")
+        what = "partly patched" if self.state == "partial" else "not exactly"
+        return f"{self.target} is {what} {self.set} applied: {shown}"
+
+    def fix(self) -> str:
+        """What to do to make the tree exact (empty when it is)."""
+        target = f"--target {self.target}"
+        return {
+            "applied": "",
+            "base": f"run `patchkit apply {target}`",
+            "partial": f"run `patchkit status {target}`, reset the tree to its base, then `patchkit apply {target}`",
+            "drift": f"commit your changes and run `patchkit refresh` to keep them in the set, or reset the tree "
+            f"to its base ({(self.base_commit or '')[:12]}) and run `patchkit apply {target}`",
+            "not-base": "run `patchkit base fetch` and `patchkit apply`, or pass --target with such a tree",
+        }[self.state]
+
+
+def exactness(repo: Repo, pset: PatchSet) -> Exactness:
+    """Compare ``repo`` with the set: base found, which patches are applied (and equal their files), drift."""
+    state = inspect(repo, pset.manifest)
+    diffs = {p.name: p.diff for p in pset.patches}
+    applied = tuple(
+        AppliedCommit(
+            commit=c.commit,
+            patch=c.patch,
+            set=c.set,
+            matches=c.patch in diffs and patch_matches(repo, c.commit, diffs[c.patch]),
+        )
+        for c in state.applied
+    )
+    names = [p.name for p in pset.patches]
+    base_ok = state.base_commit is not None
+    drift = tuple(drift_entries(repo, pset, state)) if base_ok else ()
+    return Exactness(
+        target=str(repo.path),
+        set=pset.manifest.label,
+        state=_state_name(base_ok, state, names, drift, applied),
+        base_commit=state.base_commit,
+        applied=applied,
+        missing=tuple(names[len(applied) :]),
+        drift=drift,
+    )
+
+
+def _state_name(
+    base_ok: bool,
+    state: TargetState,
+    names: list[str],
+    drift: tuple[DriftEntry, ...],
+    applied: tuple[AppliedCommit, ...],
+) -> TreeState:
+    if not base_ok:
+        return "not-base"
+    complete = [c.patch for c in applied] == names and all(c.matches for c in applied)
+    if complete and not drift:
+        return "applied"  # an empty series on a clean base is exactly applied, too
+    if not state.applied and not state.foreign and not state.dirty:
+        return "base"
+    prefix = names[: len(applied)] == [c.patch for c in applied] and 0 < len(applied) < len(names)
+    return "partial" if prefix and not state.foreign and not state.dirty else "drift"

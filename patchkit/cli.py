@@ -458,7 +458,8 @@ def testmodels(out: Path, seed: int, heads: int | None, profile: str, shape: str
                vocab: int | None, draft_layers: int | None, block_size: int | None, output: Output) -> None:
     """Write a tiny arranged Qwen3 target and DFlash draft (no tokenizer; use input ids), or random
     weights at a real shape (--shape, or every shape option)."""
-    from patchkit.hostprep.testmodels import write_shaped, write_test_models
+    from patchkit.hostprep.shapemodels import write_shaped
+    from patchkit.hostprep.testmodels import write_test_models
     from patchkit.render.hostprep import with_byte_progress
 
     overrides = dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,

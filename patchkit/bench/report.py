@@ -11,7 +11,7 @@ from pathlib import Path
 
 from patchkit import __version__
 from patchkit.bench.measure import Histogram
-from patchkit.bench.run import BenchResult, LevelRun, Spread, VariantRun
+from patchkit.bench.results import BenchResult, LevelRun, Spread, VariantRun
 from patchkit.bench.sampling import SamplingCheck
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.errors import BadInput
+from patchkit.hostprep.testmodels import TestModelsResult, _torch, _write_configs_only
 
 BF16_BYTES = 2
 #: Weights ~ N(0, INIT_STD), as HF's initializer_range for Qwen3; norms are ones.
@@ -227,8 +228,6 @@ def _stream(torch: Any, path: Path, tensors: list[tuple[str, tuple[int, ...]]], 
 def write_shape_models(out: Path, shape: Shape, seed: int, device: str | None = None,
                        progress: Progress | None = None, announce: Callable[[str], None] | None = None) -> ShapeWrite:
     """Write ``out/target`` and ``out/draft`` at ``shape``; checks the room first, streams tensor by tensor."""
-    from patchkit.hostprep.testmodels import _torch, _write_configs_only
-
     torch: Any = _torch()  # type: ignore[no-untyped-call]  # testmodels.py is not strict yet
     if sys.byteorder != "little":  # safetensors stores little-endian
         raise BadInput("patchkit testmodels writes little-endian safetensors and needs a little-endian host")
@@ -248,3 +247,18 @@ def write_shape_models(out: Path, shape: Shape, seed: int, device: str | None = 
         _write_configs_only(directory, config, bos_eos=shape.vocab - 2)
         done = _stream(torch, directory / "model.safetensors", tensors, generator, device, progress, done, total)
     return ShapeWrite(shape=asdict(shape), device=device, bytes=total, seconds=time.monotonic() - begun)
+
+
+def write_shaped(out: Path, seed: int, shape_name: str | None, overrides: dict[str, int | None],
+                 progress: Progress | None = None,
+                 announce: Callable[[str], None] | None = None) -> TestModelsResult:
+    """``--shape`` / explicit shape options: random bf16 weights at that shape (see shapemodels.py)."""
+    shape = resolve_shape(shape_name, overrides)
+    target_dir, draft_dir = out / "target", out / "draft"
+    for directory in (target_dir, draft_dir):
+        if directory.exists() and any(directory.iterdir()):
+            raise BadInput(f"{directory} exists and is not empty", hint="choose another --out")
+    written = write_shape_models(out, shape, seed, progress=progress, announce=announce)
+    return TestModelsResult("testmodels", True, target_dir, draft_dir, seed, shape.vocab, shape.block_size,
+                            shape.vocab - 1, f"shape:{shape_name or 'custom'}", written.shape, written.device,
+                            written.bytes, written.seconds)

@@ -497,18 +497,3 @@ def write_test_models(out: Path, seed: int = 0, noise: float = 0.5, draft_temper
     _write_model(draft_dir, draft_config(heads), draft)
     return TestModelsResult("testmodels", True, target_dir, draft_dir, seed, VOCAB, BLOCK_SIZE, MASK_TOKEN, profile)
 
-
-def write_shaped(out: Path, seed: int, shape_name: str | None, overrides: dict[str, int | None],
-                 progress=None, announce=None) -> TestModelsResult:
-    """``--shape`` / explicit shape options: random bf16 weights at that shape (see shapemodels.py)."""
-    from patchkit.hostprep.shapemodels import resolve_shape, write_shape_models
-
-    shape = resolve_shape(shape_name, overrides)
-    target_dir, draft_dir = out / "target", out / "draft"
-    for directory in (target_dir, draft_dir):
-        if directory.exists() and any(directory.iterdir()):
-            raise BadInput(f"{directory} exists and is not empty", hint="choose another --out")
-    written = write_shape_models(out, shape, seed, progress=progress, announce=announce)
-    return TestModelsResult("testmodels", True, target_dir, draft_dir, seed, shape.vocab, shape.block_size,
-                            shape.vocab - 1, f"shape:{shape_name or 'custom'}", written.shape, written.device,
-                            written.bytes, written.seconds)

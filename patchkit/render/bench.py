@@ -4,7 +4,7 @@ sampling table; the verdict last. ``--json`` goes through the common envelope.""
 from __future__ import annotations
 
 from patchkit.bench import report
-from patchkit.bench.run import BenchResult
+from patchkit.bench.results import BenchResult
 from patchkit.render import NORMAL, QUIET, human, out, say, table
 
 

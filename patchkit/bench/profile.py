@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchkit import tomlfile
-from patchkit.errors import BadInput, location
-from patchkit.smoke.setinfo import MANIFEST_NAME, SmokeProfile, load_smoke_profile
+from patchkit import manifest as manifest_mod
+from patchkit.errors import BadInput, Location
+from patchkit.manifest import MANIFEST_NAME, Manifest, SmokeProfile, line_of, read_text
 
 KINDS = ("baseline", "chain", "tree")
 BUDGET_PLACEHOLDER = "{budget}"
@@ -62,7 +62,7 @@ class VariantSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class BenchProfile:
-    smoke: SmokeProfile
+    manifest: Manifest
     variants: tuple[VariantSpec, ...]
     budgets: tuple[int, ...] = (16, 64, 256)
     concurrency: tuple[int, ...] = (1, 8, 32)
@@ -73,44 +73,56 @@ class BenchProfile:
     max_concurrency: int = 48
     server_args: tuple[str, ...] = ()
 
+    @property
+    def smoke(self) -> SmokeProfile:
+        return self.manifest.smoke
+
     def variant(self, name: str) -> VariantSpec | None:
         return next((v for v in self.variants if v.name == name), None)
 
 
-def _ints(table: dict[str, Any], key: str, path: Path, default: tuple[int, ...]) -> tuple[int, ...]:
-    value = table.get(key, list(default))
-    if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool)
-                                                            and v > 0 for v in value):
-        raise BadInput(f"[bench] {key} must be a non-empty list of positive integers", location=location(path))
-    return tuple(value)
+class _Table:
+    """The ``[bench]`` table with errors that name the manifest's file and line."""
 
+    def __init__(self, path: Path, text: str, data: dict[str, Any]):
+        self.path, self.text, self.data = path, text, data
 
-def _int(table: dict[str, Any], key: str, path: Path, default: int, minimum: int = 1) -> int:
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise BadInput(f"[bench] {key} must be an integer >= {minimum}", location=location(path))
-    return value
+    def error(self, message: str, key: str | None = None, table: str = "bench") -> BadInput:
+        return BadInput(message, location=Location(str(self.path), line_of(self.text, table, key)),
+                        hint=f"fix {MANIFEST_NAME} (see README: bench)")
 
+    def ints(self, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+        value = self.data.get(key, list(default))
+        if not isinstance(value, list) or not value or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+            raise self.error(f"[bench] {key} must be a non-empty list of positive integers", key)
+        return tuple(value)
 
-def _strings(table: dict[str, Any], key: str, path: Path, where: str) -> tuple[str, ...]:
-    value = table.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise BadInput(f"{where} {key} must be a list of strings", location=location(path))
-    return tuple(value)
+    def integer(self, key: str, default: int, minimum: int = 1) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(f"[bench] {key} must be an integer >= {minimum}", key)
+        return value
 
+    def strings(self, entry: dict[str, Any], key: str, where: str, table: str = "bench") -> tuple[str, ...]:
+        value = entry.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(f"{where} {key} must be a list of strings", key, table)
+        return tuple(value)
 
-def _variant(entry: Any, path: Path, index: int) -> VariantSpec:
-    where = f"[[bench.variants]] #{index + 1}"
-    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
-        raise BadInput(f"{where} needs a name", location=location(path))
-    kind = entry.get("kind")
-    if kind not in KINDS:
-        raise BadInput(f"{where} ({entry['name']}): kind must be one of {', '.join(KINDS)}", location=location(path))
-    args = _strings(entry, "args", path, where)
-    if (kind == "tree") != any(BUDGET_PLACEHOLDER in a for a in args):
-        raise BadInput(f"{where} ({entry['name']}): a tree variant's args, and only those, name {BUDGET_PLACEHOLDER}",
-                       location=location(path))
-    return VariantSpec(name=entry["name"], kind=kind, args=args)
+    def variant(self, entry: Any, index: int) -> VariantSpec:
+        where = f"[[bench.variants]] #{index + 1}"
+        table = "bench.variants"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise self.error(f"{where} needs a name", None, table)
+        kind = entry.get("kind")
+        if kind not in KINDS:
+            raise self.error(f"{where} ({entry['name']}): kind must be one of {', '.join(KINDS)}", None, table)
+        args = self.strings(entry, "args", where, table)
+        if (kind == "tree") != any(BUDGET_PLACEHOLDER in a for a in args):
+            raise self.error(f"{where} ({entry['name']}): a tree variant's args, and only those, name "
+                             f"{BUDGET_PLACEHOLDER}", None, table)
+        return VariantSpec(name=entry["name"], kind=kind, args=args)
 
 
 def _fallback_variants(smoke: SmokeProfile) -> tuple[VariantSpec, ...]:
@@ -125,29 +137,28 @@ def _fallback_variants(smoke: SmokeProfile) -> tuple[VariantSpec, ...]:
 
 
 def load_bench_profile(set_dir: Path) -> BenchProfile:
-    """The set's identity and ``[smoke]`` table, and its ``[bench]`` table (every key optional)."""
-    smoke = load_smoke_profile(set_dir)
-    path = set_dir / MANIFEST_NAME
-    doc = tomlfile.load(path, f"no {MANIFEST_NAME} in {set_dir}")
-    table = doc.get("bench", {})
-    if not isinstance(table, dict):
-        raise BadInput("[bench] must be a table", location=location(path))
-    entries = table.get("variants")
+    """The set's manifest (one reader for every command) and its ``[bench]`` table (every key optional)."""
+    manifest = manifest_mod.load(set_dir, with_lock=False)
+    raw = manifest.raw.get("bench", {})
+    table = _Table(manifest.path, read_text(manifest.path), raw if isinstance(raw, dict) else {})
+    if not isinstance(raw, dict):
+        raise table.error("[bench] must be a table")
+    entries = raw.get("variants")
     if entries is None:
-        variants = _fallback_variants(smoke)
+        variants = _fallback_variants(manifest.smoke)
     elif not isinstance(entries, list) or not entries:
-        raise BadInput("[[bench.variants]] must be a non-empty array of tables", location=location(path))
+        raise table.error("[[bench.variants]] must be a non-empty array of tables", "variants")
     else:
-        variants = tuple(_variant(entry, path, i) for i, entry in enumerate(entries))
+        variants = tuple(table.variant(entry, i) for i, entry in enumerate(entries))
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
-        raise BadInput(f"[[bench.variants]] names must be unique: {names}", location=location(path))
-    server_args = _strings(table, "server_args", path, "[bench]") if "server_args" in table else smoke.server_args
+        raise table.error(f"[[bench.variants]] names must be unique: {names}", None, "bench.variants")
+    server_args = table.strings(raw, "server_args", "[bench]") if "server_args" in raw else manifest.smoke.server_args
     return BenchProfile(
-        smoke=smoke, variants=variants, budgets=_ints(table, "budgets", path, (16, 64, 256)),
-        concurrency=_ints(table, "concurrency", path, (1, 8, 32)), repeats=_int(table, "repeats", path, 3),
-        warmup=_int(table, "warmup", path, 1, minimum=0),
-        max_new_tokens=_int(table, "max_new_tokens", path, smoke.max_new_tokens),
-        max_budget=_int(table, "max_budget", path, 1024), max_concurrency=_int(table, "max_concurrency", path, 48),
+        manifest=manifest, variants=variants, budgets=table.ints("budgets", (16, 64, 256)),
+        concurrency=table.ints("concurrency", (1, 8, 32)), repeats=table.integer("repeats", 3),
+        warmup=table.integer("warmup", 1, minimum=0),
+        max_new_tokens=table.integer("max_new_tokens", manifest.smoke.max_new_tokens),
+        max_budget=table.integer("max_budget", 1024), max_concurrency=table.integer("max_concurrency", 48),
         server_args=server_args,
     )

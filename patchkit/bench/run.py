@@ -337,7 +337,7 @@ def _prepare(opts: BenchOptions) -> Prepared:
     if opts.sampling:
         sampling.check_options(opts.samples, opts.sample_tokens, specs)
     preflight = preflight_or_raise(gpus=opts.gpus, python=opts.python, port=opts.port, model=opts.model,
-                                   draft_model=opts.draft_model, target=opts.target, set_id=profile.smoke.set_id)
+                                   draft_model=opts.draft_model, target=opts.target, manifest=profile.manifest)
     launch = Launch(python=opts.python, model=opts.model, draft_model=opts.draft_model, target=opts.target,
                     port=opts.port, gpus=opts.gpus, server_args=profile.server_args, extra_args=opts.extra_args,
                     draft_model_flag=profile.smoke.draft_model_flag,

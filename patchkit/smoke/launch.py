@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from patchkit.errors import BadInput, Interrupted
+from patchkit.manifest import Manifest
 from patchkit.smoke import client
 from patchkit.smoke.preflight import Preflight, run_preflight
 from patchkit.smoke.prompts import Prompt
@@ -104,10 +105,10 @@ def usable_prompts(prompts: tuple[Prompt, ...],
 
 
 def preflight_or_raise(*, gpus: int, python: str, port: int, model: Path, draft_model: Path, target: Path,
-                       set_id: str) -> Preflight:
+                       manifest: Manifest) -> Preflight:
     """Every preflight check; any failure is bad input (exit 2), listed in one line, nothing started."""
     preflight = run_preflight(gpus=gpus, python=python, ports=(port,), model=model, draft_model=draft_model,
-                              target=target, set_id=set_id)
+                              target=target, manifest=manifest)
     if not preflight.ok:
         reasons = "; ".join(f"{c.name}: {c.detail}" for c in preflight.failures())
         raise BadInput(f"preflight failed: {reasons}", hint="nothing was started")

@@ -11,7 +11,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit import manifest as manifest_mod
 from patchkit.errors import EXIT_BAD_INPUT, BadInput
+from patchkit.manifest import SmokeProfile
 from patchkit.results import CommandResult
 from patchkit.smoke import client
 from patchkit.smoke.compare import PromptComparison, ServerStats, compare, summarize
@@ -30,7 +32,6 @@ from patchkit.smoke.launch import (
 from patchkit.smoke.preflight import Preflight, run_preflight
 from patchkit.smoke.prompts import Prompt, load_prompts
 from patchkit.smoke.server import ServerGroup, Teardown
-from patchkit.smoke.setinfo import SmokeProfile, load_smoke_profile
 
 ROLES = ("baseline", "ddtree")
 SmokeUI = ServerUI  # the live view of a run (spinner and notes), shared with patchkit bench
@@ -131,18 +132,19 @@ def run_smoke(opts: SmokeOptions, ui: ServerUI | None = None) -> SmokeResult:
     ui = ui or QuietUI()
     if opts.gpus < 0:
         raise BadInput("--gpus must be 0 (CPU stand-in) or more")
-    profile = load_smoke_profile(opts.set_dir)
+    manifest = manifest_mod.load(opts.set_dir, with_lock=False)
+    profile = manifest.smoke
     all_prompts = load_prompts(opts.prompts or profile.prompts)
     prompts, skipped = usable_prompts(all_prompts, (*profile.server_args, *opts.extra_args))
     if not prompts:
         raise BadInput("no prompt can run: every prompt is text and the server skips its tokenizer")
     if opts.preflight_only:  # show every check, passing or not
         preflight = run_preflight(gpus=opts.gpus, python=opts.python, ports=(opts.port,), model=opts.model,
-                                  draft_model=opts.draft_model, target=opts.target, set_id=profile.set_id)
+                                  draft_model=opts.draft_model, target=opts.target, manifest=manifest)
         return SmokeResult(command="smoke", ok=preflight.ok, set_id=profile.set_id, gpus=opts.gpus,
                            preflight=preflight, preflight_only=True)
     preflight = preflight_or_raise(gpus=opts.gpus, python=opts.python, port=opts.port, model=opts.model,
-                                   draft_model=opts.draft_model, target=opts.target, set_id=profile.set_id)
+                                   draft_model=opts.draft_model, target=opts.target, manifest=manifest)
     base = dict(command="smoke", set_id=profile.set_id, gpus=opts.gpus, preflight=preflight)
     logs = opts.logs or default_logs_dir("smoke")
     launch = smoke_launch(opts, profile, logs)

@@ -12,13 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.smoke.conftest import PROMPTS, REPO_ROOT, SET_ID, alive, free_port, make_model, make_target, with_suppressed_kill
+from tests.smoke.conftest import PROMPTS, SET_HEADER, REPO_ROOT, SET_ID, alive, free_port, make_model, make_target, with_suppressed_kill
 
-MANIFEST = """\
-[set]
-name = "ddtree"
-version = "1"
-
+MANIFEST = SET_HEADER + """
 [smoke]
 prompts = "smoke/prompts.jsonl"
 max_new_tokens = 12

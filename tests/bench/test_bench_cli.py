@@ -205,6 +205,7 @@ def test_sampling_stays_exact_and_a_broken_acceptance_rule_is_caught(bench_env):
     assert all(p["test"]["df"] >= 3 for p in tests)  # the stand-in samples 6 tokens: a real distribution
     broken = bench_env.run(*args, logs=bench_env.tmp / "logs-broken", broken_accept="1")
     assert broken.code == 1
+    assert broken.doc["result"]["sampling"]["variants"], broken.doc["result"]["failures"]
     positions = broken.doc["result"]["sampling"]["variants"][0]["positions"]
     assert positions[0]["test"]["p_value"] > 0.01  # the prefill token is not speculative
     assert all(p["test"]["p_value"] < 0.001 / 4 for p in positions[1:])  # power: every speculative position caught

@@ -14,7 +14,7 @@ from patchkit.bench.measure import histogram, repeat_stats
 from patchkit.bench.profile import load_bench_profile
 from patchkit.errors import BadInput
 from patchkit.smoke.client import Generation
-from tests.smoke.conftest import REPO_ROOT
+from tests.smoke.conftest import REPO_ROOT, SET_HEADER
 
 PAPER = REPO_ROOT / "benchmarks" / "acceptance" / "ddtree-paper-qwen3-8b-math500.toml"
 
@@ -75,7 +75,7 @@ def test_v1_bench_profile_and_the_fallback_of_a_set_without_one(tmp_path):
     v1 = load_bench_profile(REPO_ROOT / "ddtree_patches" / "v1")
     assert [(v.name, v.kind) for v in v1.variants] == [("baseline", "baseline"), ("dflash", "chain"), ("ddtree", "tree")]
     assert v1.budgets == (16, 64, 256) and v1.concurrency == (1, 8, 32)
-    (tmp_path / "manifest.toml").write_text('[set]\nname = "s"\nversion = "1"\n[smoke]\nprofile_args = '
+    (tmp_path / "manifest.toml").write_text(SET_HEADER + '[smoke]\nprofile_args = '
                                             '["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "64"]\n')
     old = load_bench_profile(tmp_path)
     assert old.variants[1].args == ("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "{budget}")
@@ -90,7 +90,7 @@ def test_v1_bench_profile_and_the_fallback_of_a_set_without_one(tmp_path):
      "names must be unique"),
 ])
 def test_bad_bench_table_names_the_manifest(tmp_path, table, message):
-    (tmp_path / "manifest.toml").write_text('[set]\nname = "s"\nversion = "1"\n' + table)
+    (tmp_path / "manifest.toml").write_text(SET_HEADER + table)
     with pytest.raises(BadInput, match=message.replace("[", r"\[").replace("{", r"\{")) as caught:
         load_bench_profile(tmp_path)
     assert caught.value.location.file == str(tmp_path / "manifest.toml")

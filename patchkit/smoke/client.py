@@ -13,10 +13,10 @@ smaller than ``spec_verify_ct``; see :attr:`Generation.round_lengths`).
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,7 @@ GREEDY = {"temperature": 0.0}
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def request_body(prompt: Prompt, max_new_tokens: int, sampling: dict | None = None) -> dict[str, Any]:
+def request_body(prompt: Prompt, max_new_tokens: int, sampling: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fixed length (``ignore_eos``) so every server emits the same count; greedy unless ``sampling``."""
     return {
         **prompt.request_body(),
@@ -88,7 +88,7 @@ def request_body(prompt: Prompt, max_new_tokens: int, sampling: dict | None = No
     }
 
 
-def _events(response) -> Any:
+def _events(response: Any) -> Iterator[dict[str, Any]]:
     for raw in response:
         line = raw.decode(errors="replace").strip()
         if not line.startswith("data:"):
@@ -100,7 +100,7 @@ def _events(response) -> Any:
 
 
 def generate(base_url: str, prompt: Prompt, max_new_tokens: int, timeout_s: float,
-             sampling: dict | None = None) -> Generation:
+             sampling: dict[str, Any] | None = None) -> Generation:
     """Send one prompt; raise :class:`RequestFailed` with the reason on any failure."""
     data = json.dumps(request_body(prompt, max_new_tokens, sampling)).encode()
     request = urllib.request.Request(f"{base_url}/generate", data=data,
@@ -122,7 +122,7 @@ def generate(base_url: str, prompt: Prompt, max_new_tokens: int, timeout_s: floa
                 last = event
                 if time.monotonic() - start > timeout_s:
                     raise RequestFailed(f"no complete answer within {timeout_s:g}s")
-    except (socket.timeout, TimeoutError) as error:
+    except TimeoutError as error:  # socket.timeout is TimeoutError
         raise RequestFailed(f"no answer within {timeout_s:g}s") from error
     except urllib.error.HTTPError as error:
         raise RequestFailed(f"HTTP {error.code}: {error.read()[:300]!r}") from error

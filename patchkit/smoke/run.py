@@ -145,7 +145,6 @@ def run_smoke(opts: SmokeOptions, ui: ServerUI | None = None) -> SmokeResult:
                            preflight=preflight, preflight_only=True)
     preflight = preflight_or_raise(gpus=opts.gpus, python=opts.python, port=opts.port, model=opts.model,
                                    draft_model=opts.draft_model, target=opts.target, manifest=manifest)
-    base = dict(command="smoke", set_id=profile.set_id, gpus=opts.gpus, preflight=preflight)
     logs = opts.logs or default_logs_dir("smoke")
     launch = smoke_launch(opts, profile, logs)
     max_new_tokens = opts.max_new_tokens or profile.max_new_tokens
@@ -156,11 +155,14 @@ def run_smoke(opts: SmokeOptions, ui: ServerUI | None = None) -> SmokeResult:
         outputs.append(generations)
         if not run.ok:
             break
-    comparisons = tuple(compare(p.id, b, d) for p, b, d in zip(prompts, *outputs)) if len(outputs) == 2 else ()
+    # strict=False: a server that crashed mid-run still has its answered prompts compared
+    pairs = zip(prompts, *outputs, strict=False) if len(outputs) == 2 else ()
+    comparisons = tuple(compare(p.id, b, d) for p, b, d in pairs)
     mismatches = sum(not c.matched for c in comparisons)
     ok = len(runs) == 2 and all(r.ok for r in runs) and mismatches == 0 and len(comparisons) == len(prompts)
     return SmokeResult(ok=ok, logs=logs, servers=tuple(runs), prompts=comparisons, skipped_prompts=skipped,
-                       mismatches=mismatches, speedup=_speedup(runs), **base)
+                       mismatches=mismatches, speedup=_speedup(runs), command="smoke", set_id=profile.set_id,
+                       gpus=opts.gpus, preflight=preflight)
 
 
 def _speedup(runs: list[ServerRun]) -> float | None:

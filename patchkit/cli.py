@@ -324,6 +324,95 @@ def smoke(set_dir: Path | None, target: Path | None, gpus: int, model: Path, dra
     run_command("smoke", output, core)
 
 
+# ---------------------------------------------------------------- GPU bench
+
+
+def _int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    """``16,64,256`` -> (16, 64, 256); a usage error names the option."""
+    if value is None:
+        return None
+    try:
+        numbers = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if not numbers or any(n < 1 for n in numbers):
+        raise click.BadParameter(f"{value!r}: every value must be a positive integer")
+    return numbers
+
+
+@cli.command(epilog=epilog(_1="an output mismatch, a server failure, a process left, a check below its threshold",
+                           _2="preflight failed, or bad input (budget, concurrency, variant, file)",
+                           _130="interrupted; the running server was torn down"))
+@set_option
+@target_option
+@click.option("--gpus", type=click.IntRange(min=0), required=True,
+              help="GPUs to use (tensor parallel size); 0 = CPU stand-in mode, GPU checks skipped.")
+@click.option("--model", type=click.Path(path_type=Path), required=True, help="Target model directory.")
+@click.option("--draft-model", type=click.Path(path_type=Path), required=True, help="DFlash draft model directory.")
+@click.option("--port", type=int, default=30000, show_default=True, help="Server port (every server, in turn).")
+@click.option("--variants", default=None, metavar="A,B,...",
+              help="Variants of the set's [bench] profile to run, by name (default: all).")
+@click.option("--budgets", callback=_int_list, default=None, metavar="16,64,256",
+              help="DDTREE budgets (default: the profile's).")
+@click.option("--concurrency", callback=_int_list, default=None, metavar="1,8,32",
+              help="Concurrent requests per level (default: the profile's).")
+@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Measured batches per level.")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Unmeasured batches per level first.")
+@click.option("--prompts", type=click.Path(path_type=Path), default=None,
+              help="Prompt file (JSONL); default: the set's smoke prompts.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="Tokens per request.")
+@click.option("--no-check-outputs", is_flag=True,
+              help="Do not compare greedy outputs with the baseline's (random-weight models at a real shape).")
+@click.option("--expect-tree-gain", type=click.FloatRange(min=0, min_open=True), default=None, metavar="X",
+              help="Fail unless every DDTREE accept length is >= X times DFLASH's (tree-friendly test models).")
+@click.option("--acceptance", type=click.Path(path_type=Path), default=None,
+              help="Acceptance table (TOML/JSON): project tok/s and speed-ups from the measured ms per round.")
+@click.option("--sampling", is_flag=True, help="Instead of speed: the T=1 distribution test against the baseline.")
+@click.option("--samples", type=click.IntRange(min=1), default=256, show_default=True, help="--sampling: completions.")
+@click.option("--sample-tokens", type=click.IntRange(min=1), default=4, show_default=True,
+              help="--sampling: tokens per completion.")
+@click.option("--seed", type=int, default=0, show_default=True, help="--sampling: first sampling_seed.")
+@click.option("--report", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write a markdown report to FILE.")
+@click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also draw tok/s vs concurrency and accept length vs budget to FILE.png (needs matplotlib).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds each server may take to become healthy (default: the set's).")
+@click.option("--python", default=sys.executable, show_default="this interpreter",
+              help="Interpreter that runs the server.")
+@click.option("--logs", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Directory for the server logs (default: $PATCHKIT_HOME/logs/bench-<time>).")
+@output_options
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+def bench(set_dir: Path | None, target: Path | None, gpus: int, model: Path, draft_model: Path, port: int,
+          variants: str | None, budgets: tuple[int, ...] | None, concurrency: tuple[int, ...] | None,
+          repeats: int | None, warmup: int | None, prompts: Path | None, max_new_tokens: int | None,
+          no_check_outputs: bool, expect_tree_gain: float | None, acceptance: Path | None, sampling: bool,
+          samples: int, sample_tokens: int, seed: int, report: Path | None, plot: Path | None,
+          timeout_s: float | None, python: str, logs: Path | None, output: Output, extra_args: tuple[str, ...]) -> None:
+    """Baseline vs DFLASH vs DDTREE in the real server, one server at a time, at each concurrency level.
+
+    Arguments after -- go to every server.
+    """
+    from patchkit.bench.run import BenchOptions, run_bench
+    from patchkit.patchset.base import locate
+    from patchkit.render.smoke import SmokeConsole
+
+    def core() -> CommandResult:
+        chosen_set, chosen_target = locate(set_dir, target)
+        options = BenchOptions(
+            set_dir=chosen_set, target=chosen_target, gpus=gpus, model=model, draft_model=draft_model, port=port,
+            prompts=prompts, max_new_tokens=max_new_tokens, timeout_s=timeout_s, python=python, logs=logs,
+            extra_args=tuple(extra_args), variants=tuple(v for v in variants.split(",") if v) if variants else None,
+            budgets=budgets, concurrency=concurrency, repeats=repeats, warmup=warmup,
+            check_outputs=not no_check_outputs, expect_tree_gain=expect_tree_gain, acceptance=acceptance,
+            report=report, plot=plot, sampling=sampling, samples=samples, sample_tokens=sample_tokens, seed=seed,
+        )
+        return run_bench(options, SmokeConsole(output.progress))
+
+    run_command("bench", output, core)
+
+
 # ---------------------------------------------------------------- offline bundles and test models
 
 
@@ -373,14 +462,39 @@ def bundle(out: Path, freeze: Path | None, have: tuple[str, ...], python_version
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Directory that receives target/ and draft/.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
-@click.option("--heads", type=int, default=4, show_default=True,
-              help="Attention heads of both models (a multiple of 2; tensor parallel size N needs a multiple of N).")
+@click.option("--heads", type=click.IntRange(min=1), default=None,
+              help="Attention heads of both models (tiny models: a multiple of 2, default 4; tensor parallel size N "
+                   "needs a multiple of N). With --shape: overrides the shape's.")
+@click.option("--profile", default="default", show_default=True, metavar="NAME",
+              help="default, or tree: a pair where a DDTree tree verifies more tokens than a DFLASH chain.")
+@click.option("--shape", default=None, metavar="NAME",
+              help="Random bf16 weights at a real shape instead (qwen3-8b, qwen3-1.7b); the options below override it.")
+@click.option("--layers", type=int, default=None, help="Shape: target layers.")
+@click.option("--hidden", type=int, default=None, help="Shape: hidden size.")
+@click.option("--kv-heads", type=int, default=None, help="Shape: KV heads.")
+@click.option("--head-dim", type=int, default=None, help="Shape: head dimension (default hidden / heads).")
+@click.option("--intermediate", type=int, default=None, help="Shape: MLP intermediate size.")
+@click.option("--vocab", type=int, default=None, help="Shape: vocabulary size.")
+@click.option("--draft-layers", type=int, default=None, help="Shape: DFlash draft layers (default 2).")
+@click.option("--block-size", type=int, default=None, help="Shape: DFlash block size (default 16).")
 @output_options
-def testmodels(out: Path, seed: int, heads: int, output: Output) -> None:
-    """Write a tiny random Qwen3 target and a matching DFlash draft (no tokenizer; use input ids)."""
+def testmodels(out: Path, seed: int, heads: int | None, profile: str, shape: str | None, layers: int | None,
+               hidden: int | None, kv_heads: int | None, head_dim: int | None, intermediate: int | None,
+               vocab: int | None, draft_layers: int | None, block_size: int | None, output: Output) -> None:
+    """Write a tiny arranged Qwen3 target and DFlash draft (no tokenizer; use input ids), or random
+    weights at a real shape (--shape, or every shape option)."""
+    from patchkit.hostprep.shapemodels import write_shaped
     from patchkit.hostprep.testmodels import write_test_models
+    from patchkit.render.hostprep import with_byte_progress
 
-    run_command("testmodels", output, lambda: write_test_models(out, seed, heads=heads))
+    overrides = dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                     intermediate=intermediate, vocab=vocab, draft_layers=draft_layers, block_size=block_size)
+    if shape is not None or any(v is not None for k, v in overrides.items() if k != "heads"):
+        run_command("testmodels", output, lambda: with_byte_progress(
+            "writing models", lambda progress, announce: write_shaped(out, seed, shape, overrides, progress, announce),
+            output.verbosity, bar=not output.as_json))
+    else:
+        run_command("testmodels", output, lambda: write_test_models(out, seed, heads=heads or 4, profile=profile))
 
 
 def main() -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from patchkit.hostprep.bundle import BundleResult
-from patchkit.render import NORMAL, QUIET, human, out, say, table
+from patchkit.render import NORMAL, QUIET, err, human, out, say, table
 
 
 def _megabytes(size: int) -> str:
@@ -56,3 +59,26 @@ def _human_bundle(result: BundleResult, verbosity: int = NORMAL) -> None:
     _source(result)
     say(f"copy {result.out} to the host, then run there: {result.install_command} "
         f"(inside {result.out.name}/); it prints the export PYTHONPATH line")
+
+
+def with_byte_progress(description: str, core: Callable[[Callable[[int, int, str], None], Callable[[str], None]], Any],
+                       verbosity: int = NORMAL, bar: bool = True) -> Any:
+    """Run ``core(progress, announce)`` under a byte progress bar on stderr (``patchkit testmodels --shape``);
+    ``announce`` prints a line there (the size, before anything is written) unless --quiet, also with
+    --json (stdout stays one document). The bar only on a terminal and without --json (``bar``)."""
+    say_err: Callable[[str], None] = (lambda text: err().print(text, markup=False)) if verbosity > QUIET else (
+        lambda text: None)
+    if not bar or verbosity <= QUIET or not err().is_terminal:
+        return core(lambda done, total, what: None, say_err)
+    from rich.markup import escape
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=err(), transient=True) as shown:
+        task = shown.add_task(escape(description), total=None)
+
+        def progress(done: int, total: int, what: str) -> None:
+            shown.update(task, completed=done, total=total, description=escape(what[-60:]))
+
+        return core(progress, say_err)

@@ -37,10 +37,10 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import numpy as np
 import torch
@@ -308,7 +308,7 @@ def reference_round(logits: torch.Tensor, budget: int, seq_lens: list[int], targ
     host = host_round_tensors(trees, seq_lens, budget + 1)
     verify_inputs = [torch.from_numpy(a).to(device) for a in (host.positions, host.mask, host.retrieve_next_token, host.retrieve_next_sibling)]
     targets = target_tokens.to("cpu").tolist()
-    walks = [reference_walk(tree, row) for tree, row in zip(trees, targets)]
+    walks = [reference_walk(tree, row) for tree, row in zip(trees, targets, strict=True)]
     accept_length = torch.tensor([len(acc) - 1 for acc, _ in walks], device=device)
     bonus = torch.tensor([nxt for _, nxt in walks], device=device)
     return verify_inputs, accept_length, bonus
@@ -393,7 +393,7 @@ def reference_mismatches(out: dict[str, torch.Tensor], trees: list[ReferenceTree
                 "retrieve_next_token": host.retrieve_next_token, "retrieve_next_sibling": host.retrieve_next_sibling}
     problems += [name for name, value in expected.items() if not np.array_equal(out[name].cpu().numpy(), value)]
     accept_index = out["accept_index"].cpu().numpy()
-    for b, (tree, row) in enumerate(zip(trees, targets)):
+    for b, (tree, row) in enumerate(zip(trees, targets, strict=True)):
         accepted, bonus = reference_walk(tree, row)
         got = accept_index[b][accept_index[b] >= 0].tolist()
         if got != accepted or int(out["accept_length"][b]) != len(accepted) - 1 or int(out["bonus"][b]) != bonus:
@@ -634,7 +634,7 @@ def measure_verify(target: RandomTarget, visibility: torch.Tensor, context: int,
 
     def layers() -> torch.Tensor:
         h = x
-        for weights, cache in zip(target.layers, caches):
+        for weights, cache in zip(target.layers, caches, strict=True):
             h = target.layer(weights, h, cache, mask, rope, context, bs, width)
         return h
 
@@ -826,22 +826,27 @@ def sweep(mod: ModuleType, inputs: RoundInputs, out: dict[str, torch.Tensor], de
     Each configuration's outputs are checked against the default's ('!' marks a difference).
     """
     result: dict = {"topk": {}, "heap": {}}
+
+    def topk():
+        return mod.ddtree_topk_from_logits(inputs.logits, inputs.k)
+
+    def build():
+        return mod.build_ddtree_tree_from_topk(out["top_log_probs"], out["top_token_ids"], inputs.budget)
+
     for tile, warps in TOPK_CONFIGS:
         with patched(mod, _TOPK_TILE=tile, _TOPK_WARPS=warps):
-            fn = lambda: mod.ddtree_topk_from_logits(inputs.logits, inputs.k)
-            same = all(torch.equal(a, out[b]) for a, b in zip(fn(), ("top_log_probs", "top_token_ids")))
-            graph = capture_graph(fn)
-            ms = time_device(graph.graph.replay, device, 3, 30).median_ms if graph.graph else math.nan
-        result["topk"][f"{tile}/{warps}w"] = fmt(ms) + ("" if same else " !")
-    top = (out["top_log_probs"], out["top_token_ids"])
+            same = all(torch.equal(a, out[b]) for a, b in zip(topk(), ("top_log_probs", "top_token_ids"), strict=True))
+            result["topk"][f"{tile}/{warps}w"] = graph_ms(topk, device) + ("" if same else " !")
     for warps in HEAP_WARPS:
         with patched(mod, _heap_warps=lambda block, w=warps: w):
-            fn = lambda: mod.build_ddtree_tree_from_topk(*top, inputs.budget)
-            same = torch.equal(fn().parents, out["parents"])
-            graph = capture_graph(fn)
-            ms = time_device(graph.graph.replay, device, 3, 30).median_ms if graph.graph else math.nan
-        result["heap"][f"{warps}w"] = fmt(ms) + ("" if same else " !")
+            same = torch.equal(build().parents, out["parents"])
+            result["heap"][f"{warps}w"] = graph_ms(build, device) + ("" if same else " !")
     return result
+
+
+def graph_ms(fn: Callable[[], object], device) -> str:
+    graph = capture_graph(fn)
+    return fmt(time_device(graph.graph.replay, device, 3, 30).median_ms) if graph.graph else "capture failed"
 
 
 # --------------------------------------------------------------------------- report
@@ -948,7 +953,7 @@ def environment_lines(device: torch.device, args, mod_path: Path, fused: ModuleT
         f"- device: {gpu}; torch {torch.__version__}; triton {triton_version}; python {platform.python_version()}",
         f"- module under test: `{mod_path}` (fused kernels: {'on' if fused._DDTREE_TRITON_ENABLED and fused.triton is not None else 'OFF'}; oracle: the same file with {TRITON_ENV}=0)",
         f"- draft logits bf16 [bs, {args.depth}, {args.vocab}]; context {args.context} tokens; K = min(B, V); seed {args.seed}",
-        f"- round = ddtree_draft_round(logits, B, seq_lens, mask_out=buffer) + ddtree_verify_round(tree, target_tokens=...)",
+        "- round = ddtree_draft_round(logits, B, seq_lens, mask_out=buffer) + ddtree_verify_round(tree, target_tokens=...)",
         f"- roofline: Qwen3-8B shape, weights {QWEN3_8B.weight_bytes() / 1e9:.2f} GB bf16 / {H200_BYTES_PER_S / 1e12:.1f} TB/s vs FLOPs / {H200_FLOPS_PER_S / 1e12:.0f} TFLOP/s (max of the two; KV read shown apart)",
         "- times: medians of repeats after warm-up; CUDA events from an idle device (eager includes the host's launches); wall clock for the reference flows",
     ]

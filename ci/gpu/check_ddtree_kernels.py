@@ -26,6 +26,7 @@ within 8 minutes; a step cut short says so and the later ones still run if time 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -66,7 +67,7 @@ def extract_module(set_dir: Path, tree: Path) -> Path:
             continue
         patch = set_dir / name
         lines = patch.read_text().splitlines(keepends=True)
-        if any(l.rstrip("\n") == header for l in lines):
+        if any(text.rstrip("\n") == header for text in lines):
             found.append((patch, lines))
     if len(found) != 1:
         raise CheckError(f"{set_dir}: {len(found)} patches touch {MODULE} (need exactly one that adds it); pass --tree DIR")
@@ -180,7 +181,7 @@ def preflight(log: Log, module_path: Path) -> bool:
     temps = torch.tensor([0.0, 0.8, 1.3], device=device)
     seed = torch.tensor([42], device=device)
     shards = [oracle.ddtree_local_topk(logits[..., s * 37984:(s + 1) * 37984], 64, vocab_start=s * 37984) for s in range(4)]
-    stacked = [torch.stack(p) for p in zip(*shards)]
+    stacked = [torch.stack(p) for p in zip(*shards, strict=True)]
     checks = {
         "ddtree_topk_from_logits (chunk + merge kernels)": lambda m: m.ddtree_topk_from_logits(logits, 64),
         "ddtree_local_topk (chunk + merge kernels)": lambda m: m.ddtree_local_topk(logits, 64, vocab_start=7, num_valid=150000)[:3],
@@ -225,7 +226,7 @@ def _differ(got, want) -> list[int]:
     import torch
 
     bad = []
-    for i, (a, b) in enumerate(zip(got, want)):
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
         if a.dtype != b.dtype or a.shape != b.shape:
             bad.append(i)
         elif a.is_floating_point():
@@ -262,10 +263,8 @@ def tail(path: Path, lines: int, keep=lambda line: True) -> list[str]:
 def _kill(proc: subprocess.Popen) -> None:
     import signal
 
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
@@ -306,20 +305,20 @@ def report_summary(log: Log, summary: dict, out_dir: Path) -> None:
     if "preflight" in steps:
         log(f"preflight: {'OK' if steps['preflight']['ok'] else 'FAILED (see check.log)'}")
     if "tests" in steps:
-        result = tail(out_dir / "tests.log", 1, lambda l: " passed" in l or " failed" in l or " error" in l)
+        result = tail(out_dir / "tests.log", 1, lambda line: " passed" in line or " failed" in line or " error" in line)
         log(f"tests: exit {steps['tests']['exit']} in {steps['tests']['s']}s: {result[0] if result else '(no result line)'}")
-        for line in tail(out_dir / "tests.log", 40, lambda l: l.startswith(("FAILED", "ERROR"))):
+        for line in tail(out_dir / "tests.log", 40, lambda line: line.startswith(("FAILED", "ERROR"))):
             log(f"  {line[:300]}")
         if steps["tests"]["exit"] not in (0, None):
             log("  last lines of tests.log:")
-            for line in tail(out_dir / "tests.log", 60, lambda l: not l.startswith(("SKIPPED", "."))):
+            for line in tail(out_dir / "tests.log", 60, lambda line: not line.startswith(("SKIPPED", "."))):
                 log(f"    {line[:300]}")
     if "bench" in steps:
         bench = steps["bench"]
         log(f"bench: exit {bench['exit']} in {bench['s']}s; outputs correct: {'yes' if bench['correct'] else 'NO'}")
         for line in bench["problems"][:20]:
             log(f"  {line}")
-        for line in tail(out_dir / "bench.log", 14, lambda l: l.startswith("[cell")):
+        for line in tail(out_dir / "bench.log", 14, lambda line: line.startswith("[cell")):
             log(f"  {line[:400]}")
         if bench["exit"] not in (0, None):
             for line in tail(out_dir / "bench.log", 30):

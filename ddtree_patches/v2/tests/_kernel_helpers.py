@@ -54,7 +54,7 @@ def assert_same(actual, expected, where: str = "") -> None:
         return
     if isinstance(expected, (tuple, list)):
         assert len(actual) == len(expected), where
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             assert_same(a, e, f"{where}[{i}]")
         return
     if not torch.is_tensor(expected):

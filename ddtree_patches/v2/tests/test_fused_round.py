@@ -16,7 +16,6 @@ import random
 
 import pytest
 import torch
-
 from _kernel_helpers import (
     INTERPRETER_PREAMBLE,
     REGIMES,
@@ -92,7 +91,7 @@ def test_tree_round_after_a_sharded_merge_equals_torch_path(ddtree_utils, torch_
     width = 151936 // 4
     stats = [ddtree_utils.ddtree_local_topk(logits[..., s * width:(s + 1) * width], 64, vocab_start=s * width)
              for s in range(4)]
-    top = ddtree_utils.ddtree_merge_topk(*[torch.stack(p) for p in zip(*stats)], k=64)
+    top = ddtree_utils.ddtree_merge_topk(*[torch.stack(p) for p in zip(*stats, strict=True)], k=64)
     fast = ddtree_utils.ddtree_tree_round(*top, 64, seq_lens, seq_lens_sum=int(seq_lens.sum()))
     slow = torch_path.ddtree_tree_round(*top, 64, seq_lens, seq_lens_sum=int(seq_lens.sum()))
     assert_same(fast, slow)

@@ -16,7 +16,6 @@ import sys
 
 import pytest
 import torch
-
 from _kernel_helpers import (
     INTERPRETER_PREAMBLE,
     REGIMES,
@@ -60,7 +59,7 @@ def stacked_shards(module, logits: torch.Tensor, k: int, shards: int, permute=No
         stats.append(module.ddtree_local_topk(shard, k, vocab_start=start, num_valid=valid))
     if permute is not None:
         stats = [stats[i] for i in permute]
-    return [torch.stack(parts) for parts in zip(*stats)]
+    return [torch.stack(parts) for parts in zip(*stats, strict=True)]
 
 
 # ---------------------------------------------------------------- CUDA
@@ -167,7 +166,7 @@ def test_unsupported_topk_falls_back_to_torch_on_cuda(ddtree_utils, cuda, monkey
     )
     expected = [ddtree_utils._topk_from_logits_torch(x.to(cuda), k) for x, k in cases]
     monkeypatch.setattr(ddtree_utils, "_topk_triton", must_not_run)
-    for (logits, k), want in zip(cases, expected):
+    for (logits, k), want in zip(cases, expected, strict=True):
         assert not ddtree_utils._use_triton_topk(logits.to(cuda), k)
         assert_same(ddtree_utils.ddtree_topk_from_logits(logits.to(cuda), k), want)
 

@@ -719,6 +719,23 @@ class CellResult:
     roofline: dict = field(default_factory=dict)
     verify: dict = field(default_factory=dict)
     sweeps: dict = field(default_factory=dict)
+    host_enqueue_ms: float = math.nan  # host time to issue one eager round (no wait for the device)
+    kernels: dict = field(default_factory=dict)  # profiler: the kernels of one fused round
+
+
+PROFILE_CELLS = {(1, 16), (1, 128), (1, 512), (16, 16), (64, 16), (64, 128), (64, 512)}
+
+
+def host_enqueue(fn: Callable[[], object], device: torch.device, repeat: int = 20) -> float:
+    """Median host time to issue ``fn`` (the device is idle before each call and is not waited for)."""
+    samples = []
+    for _ in range(repeat):
+        _synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    _synchronize(device)
+    return statistics.median(samples)
 
 
 def make_inputs(mod: ModuleType, bs: int, budget: int, args, device, targets=None) -> RoundInputs:
@@ -768,6 +785,9 @@ def run_cell(fused: ModuleType, oracle: ModuleType, bs: int, budget: int, args, 
     if device.type != "cuda":
         cell.capture_error, cell.host_sync = "n/a (cpu)", "n/a (cpu)"
     else:
+        cell.host_enqueue_ms = host_enqueue(lambda: server_round(fused, inputs), device)
+        if (bs, budget) in PROFILE_CELLS and not args.no_profile:
+            cell.kernels = kernel_profile(lambda: server_round(fused, inputs), device, top=12)
         cell.host_sync = host_sync_check(lambda: server_round(fused, inputs), device)
         captured = capture_graph(lambda: server_round(fused, inputs))
         cell.capture_error = captured.error
@@ -891,13 +911,30 @@ def round_table(cells: list[CellResult]) -> list[str]:
 
 def stage_table(cells: list[CellResult]) -> list[str]:
     head = " | ".join(f"{s} eager / graph (ms)" for s in STAGES)
-    lines = [f"| bs | B | {head} | sum of graphs % roofline | roofline weight / FLOP / KV (ms) |",
-             "|---:|---:|" + "---:|" * (len(STAGES) + 2)]
+    lines = [f"| bs | B | {head} | sum of graphs % roofline | host issue of an eager round (ms) | roofline weight / FLOP / KV (ms) |",
+             "|---:|---:|" + "---:|" * (len(STAGES) + 3)]
     for c in cells:
         r = c.roofline
         cols = " | ".join(f"{fmt(c.stage_eager_ms.get(s, math.nan))} / {fmt(c.stage_graph_ms.get(s, math.nan))}" for s in STAGES)
         graph_sum = sum(c.stage_graph_ms.get(s, math.nan) for s in STAGES)
-        lines.append(f"| {c.bs} | {c.budget} | {cols} | {pct(graph_sum, r['ms'])} | {fmt(r['weight_ms'], 2)} / {fmt(r['flop_ms'], 2)} / {fmt(r['kv_ms'], 2)} |")
+        lines.append(f"| {c.bs} | {c.budget} | {cols} | {pct(graph_sum, r['ms'])} | {fmt(c.host_enqueue_ms)} | "
+                     f"{fmt(r['weight_ms'], 2)} / {fmt(r['flop_ms'], 2)} / {fmt(r['kv_ms'], 2)} |")
+    return lines
+
+
+def kernel_lines(cells: list[CellResult]) -> list[str]:
+    """Per profiled cell: the kernels of one fused round with their device time."""
+    lines = []
+    for c in cells:
+        prof = c.kernels
+        if not prof:
+            continue
+        if "error" in prof:
+            lines.append(f"- bs={c.bs} B={c.budget}: {prof['error']}")
+            continue
+        lines.append(f"- bs={c.bs} B={c.budget}: {prof['kernels']} kernels, {prof['device_us']:.0f} us on the device "
+                     f"(graph round {1e3 * c.round_graph_ms:.0f} us): "
+                     + "; ".join(f"{name} x{n} {us:.1f} us" for name, n, us in prof["top"]))
     return lines
 
 
@@ -965,6 +1002,9 @@ def render_report(cells: list[CellResult], device, args, mod_path: Path, fused: 
            "## Round overhead vs the verify forward", "", *round_table(cells), "",
            "## Stages of the fused round", "", *stage_table(cells), "",
            "## Tree builder vs the reference heap", "", *builder_table(cells), ""]
+    kernels = kernel_lines(cells)
+    if kernels:
+        out += ["## Kernels of one fused round (torch profiler, device time)", "", *kernels, ""]
     sweeps = [c for c in cells if c.sweeps]
     if sweeps:
         out += ["## Tunables (graph ms; '!' = outputs differ from the default)", ""]

@@ -14,8 +14,8 @@ import sys
 import pytest
 import torch
 
-from test_tree_builder import assert_matches_heap, draft_logits
-from test_vocab_parallel_shards import TREE_FIELDS
+from test_builder_vs_heap import assert_matches_heap, draft_logits
+from test_tp_shard_worlds import TREE_FIELDS
 
 from _kernel_helpers import INTERPRETER_PREAMBLE, load_fresh, must_not_run, run_interpreted
 
@@ -55,9 +55,9 @@ def test_kernel_limits(ddtree_utils):
     supported = ddtree_utils._triton_tree_supported
     assert supported(lp, ids, 1) and supported(lp, ids, 1021)
     assert not supported(lp, ids, 0) and not supported(lp, ids, 1022)
-    deep_lp, deep_ids = small_top(ddtree_utils, depth=20, k=4)
-    assert not supported(deep_lp, deep_ids, 64)  # 20 reachable depths > 18
-    assert supported(deep_lp, deep_ids, 18)  # only min(L, B) depths are reachable
+    deep_lp, deep_ids = small_top(ddtree_utils, depth=33, k=4)
+    assert not supported(deep_lp, deep_ids, 64)  # 33 reachable depths > 31 (5 bits in the kernel)
+    assert supported(deep_lp, deep_ids, 31)  # only min(L, B) depths are reachable
     assert not supported(lp, ids[:, :, :4], 8)  # shapes differ
     assert not supported(lp, ids.double(), 8)  # float token ids
     assert not supported(lp[:0], ids[:0], 8)  # empty batch
@@ -93,7 +93,7 @@ def random_case(ddtree_utils, rng: random.Random, gen: torch.Generator, regime: 
     """One random batch: (log-probs, token ids, budget), log-probs fp32 or bf16."""
     bs = rng.choice((1, 2, 3, 8, 16, 33, 64))
     budget = rng.choice((1, 2, 3, 5, 8, 16, 31, 64, 100, 128, 255, 256, 384, 512))
-    depth = rng.randint(1, 16)
+    depth = rng.randint(1, 16) if rng.random() < 0.85 else rng.randint(17, 31)
     vocab = rng.choice((3, 7, 16, 50, 300, 1000))
     k = min(vocab, rng.choice((budget, budget + 7, max(1, budget // 3), 1)))
     logits = draft_logits(regime, (bs, depth, vocab), gen).to(device)
@@ -192,7 +192,7 @@ def test_off_switch_selects_torch_on_cuda(ddtree_utils, cuda, monkeypatch):
 def test_unsupported_shapes_fall_back_to_torch(ddtree_utils, cuda, monkeypatch):
     gen = torch.Generator().manual_seed(5)
     cases = []
-    for shape, budget in (((2, 3, 1100), 1022), ((2, 20, 30), 64), ((2, 3, 9), 0)):
+    for shape, budget in (((2, 3, 1100), 1022), ((2, 33, 30), 64), ((2, 3, 9), 0)):
         logits = draft_logits("gaussian", shape, gen).to(cuda)
         cases.append((*ddtree_utils.ddtree_topk_from_logits(logits, min(max(budget, 1), shape[-1])), budget))
     monkeypatch.setattr(ddtree_utils, "_build_tree_triton", must_not_run)
@@ -248,8 +248,8 @@ def test_triton_builder_replays_from_cuda_graph(ddtree_utils, cuda, bs, budget):
 
 
 INTERPRETER_CHECK = INTERPRETER_PREAMBLE + """
-from test_tree_builder import draft_logits
-from test_triton_builder import REGIMES, assert_same_tree
+from test_builder_vs_heap import draft_logits
+from test_heap_kernel import REGIMES, assert_same_tree
 rng, gen = random.Random(11), torch.Generator().manual_seed(11)
 for case in range(int(sys.argv[3])):
     regime = REGIMES[case % len(REGIMES)]

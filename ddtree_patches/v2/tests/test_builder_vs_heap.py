@@ -9,7 +9,7 @@ from typing import Iterator, Tuple
 import pytest
 import torch
 
-import ddtree_reference as ref
+import ddtree_heap_reference as ref
 
 BATCH = 8
 BUDGETS = (1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 200, 256)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import ddtree_reference as ref
+import ddtree_heap_reference as ref
 
 
 def shard_bounds(vocab: int, shards: int):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import ddtree_reference as ref
+import ddtree_heap_reference as ref
 
 
 def random_tree(ddtree_utils, bs=4, depth=5, vocab=9, budget=20, seed=0, device="cpu"):

@@ -9,7 +9,7 @@ dense logits -- then ``ddtree_merge_topk`` and ``build_ddtree_tree_from_topk``. 
 must equal, bit for bit, the tree that one process builds from the full logits (tp = 1).
 
 This file imports only the standard library and torch, so it also runs as the rank worker
-(``python test_vocab_parallel_shards.py worker``) and as a library on a GPU host without pytest.
+(``python test_tp_shard_worlds.py worker``) and as a library on a GPU host without pytest.
 """
 
 from __future__ import annotations

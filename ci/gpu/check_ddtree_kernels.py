@@ -313,6 +313,9 @@ def report_summary(log: Log, summary: dict, out_dir: Path) -> None:
             log("  last lines of tests.log:")
             for line in tail(out_dir / "tests.log", 60, lambda line: not line.startswith(("SKIPPED", "."))):
                 log(f"    {line[:300]}")
+    if "warm" in steps:
+        done = tail(out_dir / "warm.log", 1, lambda line: line.startswith("warm-up of"))
+        log(f"warm-up: exit {steps['warm']['exit']}: {done[0] if done else '(see warm.log)'}")
     if "bench" in steps:
         bench = steps["bench"]
         log(f"bench: exit {bench['exit']} in {bench['s']}s; outputs correct: {'yes' if bench['correct'] else 'NO'}")
@@ -360,6 +363,17 @@ def main() -> int:
         log("no CUDA device: preflight, CUDA tests and timings skipped")
         return 1
     status = 0
+    env = {**os.environ, "PATCHKIT_TARGET": str(tree), "PYTHONPATH": os.pathsep.join(
+        [str(HERE), str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+    env.pop("SGLANG_DDTREE_TRITON", None)
+    bench_base = [sys.executable, str(BENCH), "--module", str(module_path), "--no-verify"] + ([] if args.no_sweep else ["--sweep"])
+    warm = None
+    if not args.no_bench:  # compile the benchmark's kernel variants while the preflight and the tests run
+        warm_log = (out_dir / "warm.log").open("w")
+        warm = subprocess.Popen(bench_base + ["--warm-only", "--jobs", "4", *args.bench_args], env=env, cwd=REPO,
+                                stdout=warm_log, stderr=subprocess.STDOUT, start_new_session=True)
+        log("(compiling the benchmark's kernel variants in the background: warm.log)")
+
     log("\n== preflight: every fused entry point once, against the torch path")
     t0 = time.perf_counter()
     try:
@@ -370,16 +384,6 @@ def main() -> int:
     summary["steps"]["preflight"] = {"ok": ok, "s": round(time.perf_counter() - t0, 1)}
     status |= 0 if ok else 1
 
-    env = {**os.environ, "PATCHKIT_TARGET": str(tree), "PYTHONPATH": os.pathsep.join(
-        [str(HERE), str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
-    env.pop("SGLANG_DDTREE_TRITON", None)
-    bench_base = [sys.executable, str(BENCH), "--module", str(module_path), "--no-verify"] + ([] if args.no_sweep else ["--sweep"])
-    warm = None
-    if not args.no_bench:
-        warm_log = (out_dir / "warm.log").open("w")
-        warm = subprocess.Popen(bench_base + ["--warm-only", "--jobs", "4"] + args.bench_args, env=env, cwd=REPO,
-                                stdout=warm_log, stderr=subprocess.STDOUT, start_new_session=True)
-        log("\n(compiling the benchmark's kernel variants in the background: warm.log)")
     if not args.no_tests:
         left = args.budget_s - (time.perf_counter() - started)
         command, note = test_command(args.set, args.workers, out_dir)

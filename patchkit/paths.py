@@ -39,15 +39,37 @@ def _version_key(name: str) -> tuple:
 
 
 def sets_roots() -> list[Path]:
-    """Where default patch sets are looked for: ./ddtree_patches, then the one next to the package."""
-    return [Path.cwd() / SETS_DIR_NAME, Path(__file__).resolve().parent.parent / SETS_DIR_NAME]
+    """Where patch sets are looked for: ./ddtree_patches, the checkout's next to the package, then the
+    sets installed with the package (``patchkit/sets``: package data of a plain ``pip install``)."""
+    package = Path(__file__).resolve().parent
+    found: list[Path] = []
+    for root in (Path.cwd() / SETS_DIR_NAME, package.parent / SETS_DIR_NAME, package / "sets"):
+        if root.resolve() not in [f.resolve() for f in found]:  # in a checkout patchkit/sets links to ../ddtree_patches
+            found.append(root)
+    return found
+
+
+def _searched() -> str:
+    return ", ".join(str(root) for root in sets_roots())
 
 
 def default_set_dir() -> Path:
-    """The newest set (highest version-like directory name) under ``ddtree_patches/``."""
+    """The newest set (highest version-like directory name) under the first root holding one."""
     for root in sets_roots():
         if root.is_dir():
             sets = [d for d in root.iterdir() if (d / "manifest.toml").is_file()]
             if sets:
                 return max(sets, key=lambda d: _version_key(d.name))
-    raise BadInput("no patch set found under ddtree_patches/", hint="pass --set DIR")
+    raise BadInput(f"no patch set found; looked in {_searched()}", hint="pass --set DIR")
+
+
+def find_set(given: Path) -> Path:
+    """``--set``: a set directory, or a set's name (``v1``) in the places patch sets are looked for."""
+    if (given / "manifest.toml").is_file() or len(given.parts) != 1:
+        return given
+    for root in sets_roots():
+        if (root / given / "manifest.toml").is_file():
+            return root / given
+    places = ", ".join(str(p) for p in [given, *(root / given for root in sets_roots())])
+    raise BadInput(f"no patch set {str(given)!r}: no manifest.toml in {places}",
+                   hint="pass --set with a patch-set directory or the name of an installed set")

@@ -225,15 +225,15 @@ def _fetch_git(manifest: Manifest, dest: Path, from_git: Path | None) -> BaseRes
 
 
 def resolve_set(set_dir: Path | None) -> Path:
-    """``set_dir``, or the newest set under ddtree_patches/."""
-    return Path(set_dir) if set_dir else paths.default_set_dir()
+    """``set_dir`` (a directory, or the name of a set), or the newest set under ddtree_patches/."""
+    return paths.find_set(Path(set_dir)) if set_dir else paths.default_set_dir()
 
 
 def locate(set_dir: Path | None, target: Path | None) -> tuple[Path, Path]:
     """The set directory (default: newest under ddtree_patches/) and target tree (default: the base dest)."""
     from patchkit.manifest import load  # the manifest is read only to find the default target
 
-    set_dir = Path(set_dir) if set_dir else paths.default_set_dir()
+    set_dir = resolve_set(set_dir)
     return set_dir, Path(target) if target else default_dest(load(set_dir))
 
 
@@ -243,5 +243,4 @@ def fetch_for_set(
     """``patchkit base fetch``: :func:`fetch` for the set's manifest."""
     from patchkit.manifest import load
 
-    set_dir = Path(set_dir) if set_dir else paths.default_set_dir()
-    return fetch(load(set_dir), dest, from_git, progress)
+    return fetch(load(resolve_set(set_dir)), dest, from_git, progress)

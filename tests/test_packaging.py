@@ -86,6 +86,7 @@ def test_an_unknown_set_names_the_places_searched(installed, tmp_path):
 
 
 def test_checks_is_not_a_top_level_package_of_the_install(installed, tmp_path):
-    code = "import importlib.util as u; print(u.find_spec('checks') is None, u.find_spec('patchkit.checks') is not None)"
+    code = ("import importlib.util as u; "
+            "print(u.find_spec('checks') is None, u.find_spec('patchkit.checks') is not None)")
     done = run(installed, "python", "-c", code, cwd=tmp_path)
     assert done.stdout.split() == ["True", "True"], done.stderr

@@ -15,8 +15,6 @@ from patchkit.verify.api import Example, Finding, VerifyContext
 
 #: Ratchet: result classes still built positionally on main, each converted on its owner's branch.
 POSITIONAL_LEFT = {
-    "patchkit.patchset.apply.ApplyResult": "engine", "patchkit.patchset.base.BaseResult": "engine",
-    "patchkit.patchset.lock.LockResult": "engine", "patchkit.patchset.refresh.RefreshResult": "engine",
     "patchkit.hostprep.bundle.BundleResult": "bench", "patchkit.hostprep.testmodels.TestModelsResult": "bench",
     "patchkit.smoke.run.SmokeResult": "bench",
 }

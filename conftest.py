@@ -17,5 +17,8 @@ def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     patch = pytest.MonkeyPatch()
     patch.setenv("HOME", str(root / "home"))
     patch.setenv("PATCHKIT_HOME", str(root / "patchkit-home"))
+    # pytest-xdist's workers export COLUMNS=80; the CLI under test would then wrap its tables at 80
+    # columns in some runs and not in others. Outside a terminal it should use its own default.
+    patch.delenv("COLUMNS", raising=False)
     yield
     patch.undo()

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FACTS_SCHEMA = 8  # bump when the facts layout or extraction logic changes
+FACTS_SCHEMA = 10  # bump when the facts layout or extraction logic changes
 
 # Spec-algorithm helpers whose call is a dispatch site (map §2).
 DEFAULT_HELPERS = (
@@ -112,34 +112,50 @@ class Scan:
     dispatch: tuple[str, ...]
 
 
-_SCANS: dict[tuple[str, str], tuple[tuple[Any, ...], Scan]] = {}
+_SCANS: dict[tuple[str, str], tuple[dict[str, tuple[int, int]], Scan]] = {}
 
 
-def scan(root: Path, settings: IndexSettings) -> Scan:
+def scan(root: Path, settings: IndexSettings, cache_dir: Path | None = None) -> Scan:
     """Prefilter the tree for both the family and the dispatch patterns with one read per file.
 
-    Memoised per process on the files' (path, size, mtime): xref and dispatch run one after the
-    other in one ``patchkit verify``, and the second gate then only stats the tree."""
+    Memoised per process, and with ``cache_dir`` across runs, on each file's (size, mtime): xref and
+    dispatch run one after the other in one ``patchkit verify``, and a warm run only stats the tree
+    and reads the files that changed."""
     files = python_files(root, settings.source_root)
-    stamp = tuple((rel, st.st_size, st.st_mtime_ns) for rel in files if (st := (root / rel).stat()))
+    stats = {rel: ((st := (root / rel).stat()).st_size, st.st_mtime_ns) for rel in files}
     memo_key = (str(root.resolve()), settings.key())
     cached = _SCANS.get(memo_key)
-    if cached is not None and cached[0] == stamp:
+    if cached is not None and cached[0] == stats:
         return cached[1]
+    store = (cache_dir / "pyindex" / settings.key() /
+             f"scan-{hashlib.sha256(memo_key[0].encode()).hexdigest()[:16]}.json") if cache_dir else None
+    known: dict[str, list[Any]] = {}
+    if store is not None and store.is_file():
+        try:
+            known = json.loads(store.read_text())
+        except ValueError:
+            known = {}
     family, dispatch = re.compile(settings.family.encode()), re.compile(dispatch_pattern(settings))
     # Literal substrings every dispatch hit contains: `in` on bytes is ~2x cheaper than the regex,
     # which then only runs on the few files that pass.
     literals = ([f"{h}(".encode() for h in settings.helpers] + [f"{settings.enum_name}.".encode()]
                 + [f"{e}.".encode() for e in settings.member_enums] + [n.encode() for n in settings.algorithm_names])
-    fam_hits, dis_hits = [], []
+    fresh: dict[str, list[Any]] = {}
     for rel in files:
-        data = (root / rel).read_bytes()
-        if family.search(data):
-            fam_hits.append(rel)
-        if any(lit in data for lit in literals) and dispatch.search(data):
-            dis_hits.append(rel)
-    result = Scan(tuple(files), tuple(fam_hits), tuple(dis_hits))
-    _SCANS[memo_key] = (stamp, result)
+        size, mtime = stats[rel]
+        entry = known.get(rel)
+        if entry is None or entry[0] != size or entry[1] != mtime:
+            data = (root / rel).read_bytes()
+            entry = [size, mtime, bool(family.search(data)), any(lit in data for lit in literals)
+                     and bool(dispatch.search(data))]
+        fresh[rel] = entry
+    if store is not None and fresh != known:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        tmp = store.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(fresh))
+        tmp.replace(store)
+    result = Scan(tuple(files), tuple(r for r in files if fresh[r][2]), tuple(r for r in files if fresh[r][3]))
+    _SCANS[memo_key] = (stats, result)
     return result
 
 
@@ -157,12 +173,9 @@ def dispatch_pattern(settings: IndexSettings) -> bytes:
 
 def module_name(rel: str, source_root: str) -> tuple[str, bool]:
     """``python/sglang/srt/x.py`` -> ``("sglang.srt.x", False)``; ``__init__.py`` -> package True."""
-    path = Path(rel)
-    try:
-        path = path.relative_to(source_root)
-    except ValueError:
-        pass
-    parts = list(path.with_suffix("").parts)
+    prefix = source_root.rstrip("/") + "/"
+    path = rel[len(prefix):] if rel.startswith(prefix) else rel
+    parts = (path[:-3] if path.endswith(".py") else path).split("/")
     is_package = parts[-1] == "__init__"
     if is_package:
         parts = parts[:-1]
@@ -513,6 +526,7 @@ class FactCollector:
             "param_types": param_types,
             "locals": {},  # name -> type hint (see _type_hint), "?" when assigned differently
             "value_names": [],  # local names used as numbers or sequences (operands, range(), ...)
+            "loop_strings": {},  # loop variables over a literal tuple of strings
         }
         self.facts["functions"].setdefault(qual, entry)
         in_enum = any(s.kind == "class" and s.name == self.settings.enum_name for s in self.scopes)
@@ -586,6 +600,7 @@ class FactCollector:
             if "ClassVar" not in annotation:
                 entry = {"name": node.target.id, **_field_call_options(node.value)}
                 entry["kw_sentinel"] = annotation.endswith("KW_ONLY")
+                entry["annotation"] = annotation
                 owner["fields"].append(entry)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
@@ -594,6 +609,10 @@ class FactCollector:
 
     def visit_For(self, node: ast.For) -> None:
         self._record_target(node.target)
+        function = self._function()
+        names = [_string_value(el) for el in getattr(node.iter, "elts", [None])]
+        if function is not None and isinstance(node.target, ast.Name) and names and None not in names:
+            function["loop_strings"][node.target.id] = names  # `for attr in ("a", "b"): setattr(self, attr, ...)`
 
     def visit_withitem(self, node: ast.withitem) -> None:
         if node.optional_vars is not None:
@@ -705,7 +724,7 @@ class FactCollector:
         self._dispatch_primitive_call(node)
         callee = dotted(node.func)
         if callee in ("setattr", "vars") and node.args and dotted(node.args[0]) == "self" and self.current_class:
-            self.facts["classes"][self.current_class]["dynamic_self"] = True
+            self._dynamic_self(node, callee)
         if callee is None or not self.family.search(callee):
             return
         self.facts["calls"].append({
@@ -714,10 +733,25 @@ class FactCollector:
             "star": any(isinstance(a, ast.Starred) for a in node.args),
             "dstar": any(k.arg is None for k in node.keywords),
             "kw": [k.arg for k in node.keywords if k.arg is not None],
+            "kw_lines": {k.arg: k.lineno for k in node.keywords if k.arg is not None},
             "line": node.lineno,
             "scope": self.qualname,
             "cls": self.current_class,
         })
+
+    def _dynamic_self(self, node: ast.Call, callee: str) -> None:
+        """``setattr(self, name, v)`` assigns ``name`` when it is a literal (or a loop over literals);
+        any other name, or ``vars(self)``, makes the class's attributes unknowable."""
+        cls = self.facts["classes"][self.current_class]  # type: ignore[index]
+        name = node.args[1] if callee == "setattr" and len(node.args) > 1 else None
+        literal = _string_value(name)
+        function = self._function()
+        names = [literal] if literal is not None else (
+            function["loop_strings"].get(name.id) if function is not None and isinstance(name, ast.Name) else None)
+        if names:
+            cls["self_assigned"].extend(names)
+        else:
+            cls["dynamic_self"] = True
 
     # -- dispatch sites -------------------------------------------------------------------------
     def _mark_root(self, node: ast.AST | None) -> None:
@@ -958,6 +992,39 @@ def extract_facts(data: bytes, modname: str, is_package: bool, settings: IndexSe
 
 
 # ---------------------------------------------------------------------------------------------
+# The lines a series adds
+
+
+def added_lines(root: Path, files: Sequence[str]) -> dict[str, frozenset[int]]:
+    """Per tree-relative file, the line numbers (1-based, in the working tree) that differ from the
+    tree's base (its root commit): what the series added or changed. A file the base lacks is all
+    added. Rules that judge "the code the set adds" read this, so that the base's own code, which
+    the set does not own, never produces a finding."""
+    from patchkit.git import Repo  # lazy: only the rules on added code need git
+
+    files = [f for f in files if (root / f).is_file()]
+    if not files:
+        return {}
+    repo = Repo(root)
+    base = repo.run("rev-list", "--max-parents=0", "HEAD").split()[-1]
+    diff = repo.run("diff", "-U0", "--no-renames", "--no-color", "--no-ext-diff", base, "--", *files)
+    out: dict[str, set[int]] = {}
+    current: str | None = None
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            current = line[6:] if line.startswith("+++ b/") else None
+        elif line.startswith("@@") and current is not None:
+            match = re.match(r"@@ -\S+ \+(\d+)(?:,(\d+))? @@", line)
+            if match:
+                start, count = int(match.group(1)), int(match.group(2) or 1)
+                out.setdefault(current, set()).update(range(start, start + count))
+    for rel in files:
+        if rel not in out and not repo.ok("cat-file", "-e", f"{base}:{rel}"):
+            out[rel] = set(range(1, len((root / rel).read_bytes().splitlines()) + 1))
+    return {rel: frozenset(lines) for rel, lines in out.items()}
+
+
+# ---------------------------------------------------------------------------------------------
 # Cache and index
 
 
@@ -988,6 +1055,7 @@ class PyIndex:
     settings: IndexSettings
     cache_dir: Path | None
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # rel path -> facts
+    _module_files: dict[str, str | None] = field(default_factory=dict, repr=False)
     parsed: list[str] = field(default_factory=list)  # files parsed in this process (cache misses)
     errors: dict[str, str] = field(default_factory=dict)  # rel path -> parse error
 
@@ -1041,17 +1109,23 @@ class PyIndex:
             self.load(rel)
 
     def module_file(self, module: str) -> str | None:
-        """Tree-relative file of an importable module, if it exists in the tree."""
-        base = Path(self.settings.source_root, *module.split("."))
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if (self.root / candidate).is_file():
-                return candidate.as_posix()
-        return None
+        """Tree-relative file of an importable module, if it exists in the tree (memoised: name
+        resolution asks about the same modules thousands of times)."""
+        if module in self._module_files:
+            return self._module_files[module]
+        base = "/".join((self.settings.source_root, *module.split(".")))
+        found = None
+        for candidate in (f"{base}.py", f"{base}/__init__.py"):
+            if os.path.isfile(os.path.join(self.root, candidate)):
+                found = candidate
+                break
+        self._module_files[module] = found
+        return found
 
     def is_namespace_package(self, module: str) -> bool:
         """A directory without ``__init__.py`` that holds Python files (PEP 420)."""
-        path = self.root / self.settings.source_root / Path(*module.split("."))
-        return path.is_dir() and not (path / "__init__.py").exists()
+        path = os.path.join(self.root, self.settings.source_root, *module.split("."))
+        return os.path.isdir(path) and not os.path.exists(os.path.join(path, "__init__.py"))
 
     def module_facts(self, module: str) -> dict[str, Any] | None:
         rel = self.module_file(module)

@@ -187,10 +187,10 @@ def run(ctx: VerifyContext) -> list[Finding]:
     findings += _duplicate_findings(declarations, decl_rel)
     findings += family_findings(ctx, all_facts)
     for site in sites:
-        findings += _listed_twice(site)
         declared = by_key.get(site.key)
+        before = _replaced_declaration(site, stale) if declared is None else None
+        findings += _listed_twice(site, before)
         if declared is None:
-            before = _replaced_declaration(site, stale)
             if before is not None:
                 replaced.add(before.key)
             findings.append(_undeclared(site, decl_rel, before))
@@ -247,11 +247,20 @@ def changed_line(site: Site, before: str) -> int | None:
     return site.line
 
 
-def _listed_twice(site: Site) -> list[Finding]:
-    return [Finding(NAME, Severity.ERROR, site.file, line,
-                    f"`{code}` is listed twice in the dispatch site {site.scope}: `{site.expr}`",
-                    "a member is probably missing where the copy is: list each member once")
-            for code, line in site.duplicates]
+def _listed_twice(site: Site, before: Declaration | None) -> list[Finding]:
+    """A member listed twice, at the copy: the line the edit changed when the site replaces a
+    declaration and that line holds the member, else the second occurrence."""
+    edited = changed_line(site, before.expr) if before is not None else None
+    lines = site.code.splitlines()
+    out = []
+    for code, line in site.duplicates:
+        offset = (edited or 0) - (site.line or 0)
+        if edited is not None and 0 <= offset < len(lines) and _compact(code) in _compact(lines[offset]):
+            line = edited
+        out.append(Finding(NAME, Severity.ERROR, site.file, line,
+                           f"`{code}` is listed twice in the dispatch site {site.scope}: `{site.expr}`",
+                           "a member is probably missing where the copy is: list each member once"))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

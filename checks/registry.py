@@ -18,6 +18,7 @@ GATE_MODULES: dict[str, str] = {
     "imports": "checks.imports",
     "xref": "checks.xref",
     "dispatch": "checks.dispatch",
+    "calls": "checks.calls",
     "backend": "checks.backend",
     "tests": "checks.settests",
 }

@@ -18,54 +18,21 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from checks._probe.runner import python_names
+from checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit import proc
 from patchkit.errors import BadInput, location
 from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file, tree_identity
+from patchkit.verify.facts import added_lines
 
 NAME = "tests"
 DESCRIPTION = "the patch set's own tests pass against the patched tree (pytest, CPU)"
 
 DEFAULT_TIMEOUT_S = 900
 
-# Runs in the chosen interpreter: pytest with a collector plugin that writes every failure as JSON.
-_RUNNER = r"""
-import json, sys
-sys.dont_write_bytecode = True
-import pytest
-
-out_path = sys.argv[1]
-failures, counts = [], {"passed": 0, "failed": 0, "skipped": 0}
-
-def describe(report, when):
-    longrepr = report.longrepr
-    crash = getattr(longrepr, "reprcrash", None)
-    entries = getattr(getattr(longrepr, "reprtraceback", None), "reprentries", [])
-    locs = [getattr(e, "reprfileloc", None) for e in entries]
-    return {"nodeid": report.nodeid, "when": when, "location": list(getattr(report, "location", None) or []),
-            "crash": [crash.path, crash.lineno, crash.message] if crash else None,
-            "entries": [[l.path, l.lineno] for l in locs if l is not None],
-            "text": str(longrepr)[-3000:]}
-
-class Collector:
-    def pytest_runtest_logreport(self, report):
-        if report.failed:
-            counts["failed"] += 1
-            failures.append(describe(report, report.when))
-        elif report.skipped and report.when in ("setup", "call"):
-            counts["skipped"] += 1
-        elif report.passed and report.when == "call":
-            counts["passed"] += 1
-
-    def pytest_collectreport(self, report):
-        if report.failed:
-            failures.append(describe(report, "collect"))
-
-code = pytest.main(sys.argv[2:], plugins=[Collector()])
-with open(out_path, "w") as handle:
-    json.dump({"returncode": int(code), "failures": failures, "counts": counts}, handle)
-"""
+RUNNER = Path(__file__).parent / "_tests" / "runner.py"
 
 
 def choose_interpreter(ctx: VerifyContext, config: dict[str, Any]) -> Interpreter:
@@ -85,14 +52,18 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def run_pytest(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path | None, config: dict[str, Any]) -> dict[str, Any]:
-    env = {"PATCHKIT_TARGET": str(ctx.root), "PYTHONDONTWRITEBYTECODE": "1"}
+def run_pytest(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path | None, config: dict[str, Any],
+               selection: list[str] | None = None) -> dict[str, Any]:
+    """One pytest run in ``python`` (recording which tree code each test runs); ``selection`` limits
+    it to those node ids (relative to the set directory)."""
+    env = {"PATCHKIT_TARGET": str(ctx.root), "PYTHONDONTWRITEBYTECODE": "1", "PATCHKIT_TRACE_DEPS": "1"}
     if stub_dir:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub_dir), os.environ.get("PYTHONPATH")]))
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="patchkit-tests-") as tmp:
         out = Path(tmp) / "results.json"
-        args = [python, "-c", _RUNNER, out, str(tests_dir), "-q", "--tb=short", "-p", "no:cacheprovider",
+        targets = [str(ctx.set_dir / nodeid) for nodeid in selection] if selection is not None else [str(tests_dir)]
+        args = [python, str(RUNNER), out, str(ctx.root), *targets, "-q", "--tb=short", "-p", "no:cacheprovider",
                 f"--rootdir={ctx.set_dir}", *config.get("args", [])]
         try:
             done = proc.run(args, check=False, env=env, cwd=ctx.set_dir, timeout=timeout)
@@ -138,9 +109,32 @@ def failure_finding(failure: dict[str, Any], tests_dir: Path, ctx: VerifyContext
     return Finding(NAME, Severity.ERROR, file, line, f"{failure['nodeid']} {verb}: {what}{raised_in_tree(failure, ctx.root)}")
 
 
-def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext) -> list[Finding]:
+def traced_finding(failure: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]]) -> Finding | None:
+    """The deepest frame of a failure's traceback that is a line the series added, as its own finding:
+    the symptom is the test, the cause is most likely there."""
+    frames = [(resolve(p, ctx.set_dir).resolve(), line) for p, line in failure.get("entries", [])]
+    crash = failure.get("crash")
+    if crash:
+        frames.append((resolve(str(crash[0]), ctx.set_dir).resolve(), crash[1]))
+    prefix = str(ctx.root.resolve()) + "/"
+    inside = [(str(p)[len(prefix):], line) for p, line in frames if str(p).startswith(prefix)]
+    hits = [(rel, line) for rel, line in inside if line in added.get(rel, frozenset())]
+    if not hits:
+        return None
+    rel, line = hits[-1]
+    what = crash[2].splitlines()[0] if crash and crash[2] else ""
+    return Finding(NAME, Severity.ERROR, rel, line,
+                   f"set test {failure['nodeid']} fails through this added line: {what}",
+                   "the test's own finding shows its assertion; the error passed through here")
+
+
+def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext,
+                  added: dict[str, frozenset[int]] | None = None) -> list[Finding]:
     code = outcome["returncode"]
     findings = [failure_finding(f, tests_dir, ctx) for f in outcome["failures"]]
+    if added:
+        traced = (traced_finding(f, ctx, added) for f in outcome["failures"])
+        findings += list({(f.file, f.line): f for f in traced if f is not None}.values())
     shown = display_path(tests_dir)
     if code == 5:
         findings.append(Finding(NAME, Severity.WARNING, shown, None, "pytest collected no tests", "add tests or remove the folder"))
@@ -150,8 +144,11 @@ def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext) 
         findings.append(Finding(NAME, Severity.ERROR, shown, None, f"pytest failed without a test report: {outcome['tail'][-800:]}"))
     counts = outcome.get("counts") or {}
     if counts:
+        reuse = (f" ({outcome['rerun']} rerun, {outcome['reused']} reused: they ran no code that changed)"
+                 if "reused" in outcome else "")
         findings.append(Finding(NAME, Severity.INFO, shown, None,
-                                f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped"))
+                                f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
+                                f"{counts.get('skipped', 0)} skipped{reuse}"))
     return findings
 
 
@@ -163,18 +160,45 @@ def run(ctx: VerifyContext) -> list[Finding]:
                         "the patch set has no tests folder: nothing was run", "add the set's tests under tests/")]
     interpreter = choose_interpreter(ctx, config)
     stub_dir, stub_rows = stubs(ctx, NAME)
-    key = key_of(NAME, interpreter.spec_key, tree_identity(ctx.root), config,
-                 {rel: sha256_file(ctx.root / rel) for rel in ctx.touched},
-                 hash_files((p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts), tests_dir),
-                 hash_files(stub_dir.rglob("*.py")) if stub_dir else None)
+    suite = key_of(NAME, interpreter.spec_key, config, RUNNER.read_text(),
+                   hash_files((p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts), tests_dir),
+                   hash_files(stub_dir.rglob("*.py")) if stub_dir else None,
+                   python_names(ctx.root, str(ctx.manifest.get("verify", {}).get("source_root", "python"))))
+    key = key_of(suite, tree_identity(ctx.root), {rel: sha256_file(ctx.root / rel) for rel in ctx.touched})
     cache = ResultCache(ctx.cache_dir, NAME)
     outcome = cache.get(key)
     if outcome is None:
-        outcome = run_pytest(interpreter.python, tests_dir, ctx, stub_dir, config)
+        outcome = _run_with_impact(interpreter.python, tests_dir, ctx, stub_dir, config, SnapshotStore(ctx.cache_dir, suite))
         if outcome["returncode"] in (0, 1, 5):
-            cache.put(key, outcome)
+            cache.put(key, {k: v for k, v in outcome.items() if k not in ("deps", "tests")})
     note = Finding(NAME, Severity.INFO, display_path(tests_dir), None, f"set tests {interpreter.note}")
-    return [note, *stub_rows, *findings_from(outcome, tests_dir, ctx)]
+    added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")])
+    return [note, *stub_rows, *findings_from(outcome, tests_dir, ctx, added)]
+
+
+def _run_with_impact(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path | None,
+                     config: dict[str, Any], store: SnapshotStore) -> dict[str, Any]:
+    """Rerun only the tests that ran changed code since a recorded run of the same suite (all of them
+    when nothing is recorded, or module-level code changed), and merge the rest from the record."""
+    found = store.best(ctx.root) if config.get("impact", True) else None
+    if found is None:
+        outcome = run_pytest(python, tests_dir, ctx, stub_dir, config)
+        snapshot = Snapshot.record(ctx.root, outcome) if outcome.get("returncode") in (0, 1) else None
+        if snapshot is not None:
+            store.add(snapshot)
+        return outcome
+    previous, affected = found
+    if not affected:
+        merged = previous.merged({"tests": {}}, ctx.root)
+        return merged
+    fresh = run_pytest(python, tests_dir, ctx, stub_dir, config, affected)
+    if fresh.get("returncode") not in (0, 1) or not fresh.get("tests"):
+        return run_pytest(python, tests_dir, ctx, stub_dir, config)  # something odd: run everything
+    merged = previous.merged(fresh, ctx.root)
+    recorded = Snapshot.record(ctx.root, fresh)
+    if recorded is not None:
+        store.add(rebased(ctx.root, previous, recorded))
+    return merged
 
 
 _FIND_TREE = "import os, sys\nsys.path.insert(0, os.path.join(os.environ['PATCHKIT_TARGET'], 'python'))\n"

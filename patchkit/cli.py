@@ -136,11 +136,14 @@ def lock_cmd(set_dir: Path | None, base_dir: Path | None, as_json: bool) -> None
 @json_option
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write a JUnit XML report (one testsuite per gate) to FILE.")
-def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], as_json: bool, junit: Path | None) -> None:
+@click.option("--each-prefix", is_flag=True,
+              help="Also check that every prefix of the series compiles, imports and cross-references.")
+def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], as_json: bool, junit: Path | None,
+           each_prefix: bool) -> None:
     """Run the verification gates on a patched tree. Exit 0 clean, 1 findings, 3 a gate crashed."""
     from patchkit.verify.run import verify as verify_tree
 
-    run_command("verify", as_json, lambda: verify_tree(set_dir, target, gates, junit))
+    run_command("verify", as_json, lambda: verify_tree(set_dir, target, gates, junit, each_prefix))
 
 
 @cli.command()

@@ -165,14 +165,19 @@ def build_context(set_dir: Path | None, target: Path | None) -> VerifyContext:
 
 
 def verify(set_dir: Path | None = None, target: Path | None = None, gates: Sequence[str] = (),
-           junit: Path | None = None) -> VerifyResult:
-    """The core of ``patchkit verify``: run the selected gates and optionally write a JUnit report."""
+           junit: Path | None = None, each_prefix: bool = False) -> VerifyResult:
+    """The core of ``patchkit verify``: run the selected gates and optionally write a JUnit report.
+    ``each_prefix`` adds the bisectability check (checks/prefixes.py) as one more gate row."""
     from checks.registry import GATES, unavailable
 
     start = time.perf_counter()
     select_gates(GATES, gates)  # refuse unknown names before any work
     ctx = build_context(set_dir, target)
     runs = run_gates(ctx, gates, GATES)
+    if each_prefix:
+        from checks import prefixes  # opt-in, not registered: a set need not be bisectable to pass
+
+        runs += (run_gate(prefixes.NAME, lambda _name: prefixes, ctx),)
     ok = all(run.status == GateStatus.PASS for run in runs)
     result = VerifyResult("verify", ok, str(ctx.root), str(ctx.set_dir), ctx.touched, runs,
                           time.perf_counter() - start, unavailable(), str(junit) if junit else None)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import signal
 import subprocess
 import tempfile
+import threading
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -117,11 +119,21 @@ def realise(set_dir: Path, tree: Path, edit: Edit) -> Seeded:
 
 @contextlib.contextmanager
 def seeded(tree: Path, seed: Seeded) -> Iterator[Path]:
-    """``tree`` with the seeded file swapped in; the clean file is put back afterwards, whatever happens."""
+    """``tree`` with the seeded file swapped in; the clean file is put back afterwards, whatever
+    happens (SIGTERM included: it is turned into SystemExit while the edit is in place, so a killed
+    run does not leave a defect behind in the shared tree)."""
     path = tree / seed.file
     clean = path.read_bytes()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
     path.write_bytes(seed.content)
     try:
         yield tree
     finally:
         path.write_bytes(clean)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

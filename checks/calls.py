@@ -80,7 +80,8 @@ def load_calls(ctx: VerifyContext) -> tuple[dict[str, Any], str, list[int]] | No
     for n, call in enumerate(spec.get("call", [])):
         missing = [k for k in ("name", "function") if not call.get(k)]
         if missing:
-            raise BadInput(f"call {n + 1} lacks {', '.join(missing)}", location=Location(rel, lines[n] if n < len(lines) else None),
+            raise BadInput(f"call {n + 1} lacks {', '.join(missing)}",
+                           location=Location(rel, lines[n] if n < len(lines) else None),
                            hint="every [[call]] needs a name and a function")
     return spec, rel, lines
 
@@ -133,7 +134,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
         where = payload.get("raised_at")
         file, line = (tree_relative(ctx, where[0]), where[1]) if where else (rel, None)
         findings.append(Finding(NAME, Severity.ERROR, file or rel, line,
-                                f"the modules of {rel} do not import: {str(payload.get('import_error', '')).strip()[-600:]}",
+                                f"the modules of {rel} do not import: "
+                                f"{str(payload.get('import_error', '')).strip()[-600:]}",
                                 "the imports gate names the failing import; fix it first"))
         return findings
     calls = spec.get("call", [])
@@ -206,6 +208,9 @@ expect = ["result is not None and 'DDTREE' in result"]
 '''
 
 
+_CURRENT = {"interpreter": "current"}
+
+
 def _example_tree(runner: str) -> dict[str, str]:
     return {"python/pkg/__init__.py": "", "python/pkg/runner.py": runner, "@set/expectations/calls.toml": _CALLS}
 
@@ -215,10 +220,12 @@ EXAMPLES = (
             expect="call ok: capture carries the mask", config={"interpreter": "current"}),
     Example("capture without the tree mask", _example_tree(_RUNNER.replace(
         "Input(custom_mask=self.buffers.custom_mask,", "Input(custom_mask=None,")),
-        passes=False, expect="`result.custom_mask is self.buffers.custom_mask` is false", config={"interpreter": "current"}),
-    Example("replay guard checks the wrong mode", _example_tree(_RUNNER.replace('batch.mode == "verify"', 'batch.mode == "decode"')),
-            passes=False, expect="expected an error containing 'requires the tree custom_mask'", config={"interpreter": "current"}),
+        passes=False, expect="`result.custom_mask is self.buffers.custom_mask` is false", config=_CURRENT),
+    Example("replay guard checks the wrong mode",
+            _example_tree(_RUNNER.replace('batch.mode == "verify"', 'batch.mode == "decode"')),
+            passes=False, expect="expected an error containing 'requires the tree custom_mask'", config=_CURRENT),
     Example("request gate only warns", _example_tree(_RUNNER.replace(
-        'return f"{algorithm} does not support return_logprob"', 'print(f"{algorithm} does not support return_logprob")')),
+        'return f"{algorithm} does not support return_logprob"',
+        'print(f"{algorithm} does not support return_logprob")')),
         passes=False, expect="`result is not None and 'DDTREE' in result` is false", config={"interpreter": "current"}),
 )

@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from patchkit import tomlfile
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.facts import PyIndex, canonical_expression, scan, settings_from_manifest
@@ -124,7 +123,7 @@ def collect_sites(ctx: VerifyContext, all_facts: list[dict[str, Any]] | None = N
 
 
 def declarations_path(ctx: VerifyContext) -> Path:
-    return ctx.set_dir / ctx.gate_config(NAME).get("declarations", DEFAULT_DECLARATIONS)
+    return ctx.set_dir / str(ctx.gate_config(NAME).get("declarations", DEFAULT_DECLARATIONS))
 
 
 
@@ -216,7 +215,8 @@ def _undeclared(site: Site, decl_rel: str, before: Declaration | None = None) ->
     hint = (f"review how DDTREE is treated here and declare it in {decl_rel} "
             "(`patchkit dispatch-sites` adds skeleton entries)")
     if before is None:
-        return Finding(NAME, Severity.ERROR, site.file, site.line, f"undeclared dispatch site in {_describe(site)}", hint)
+        return Finding(NAME, Severity.ERROR, site.file, site.line, f"undeclared dispatch site in {_describe(site)}",
+                       hint)
     return Finding(
         NAME, Severity.ERROR, site.file, changed_line(site, before.expr),
         f"undeclared dispatch site in {_describe(site)}: it replaces the declared `{before.expr}` "
@@ -280,7 +280,7 @@ def _evaluate(expr: list[Any], member: str, predicates: dict[str, dict[str, Any]
         return None if inner is None else not inner
     if kind in ("or", "and"):
         values = [_evaluate(e, member, predicates, depth) for e in expr[1:]]
-        decided = True if kind == "or" else False
+        decided: bool = kind == "or"
         if decided in values:
             return decided
         return None if None in values else not decided
@@ -325,8 +325,8 @@ def family_findings(ctx: VerifyContext, all_facts: list[dict[str, Any]]) -> list
                                     "define it, or remove it from [verify.dispatch] families"))
     for facts in all_facts:
         for definition in facts["predicates"].values():
-            declared = families.get(definition["name"])
-            if declared is None or definition["expr"][0] == "const" and definition["class"] != enum_qual:
+            wanted = families.get(definition["name"])
+            if wanted is None or (definition["expr"][0] == "const" and definition["class"] != enum_qual):
                 continue  # not a family helper, or a plugin stub's fixed answer
             truth = {m: _evaluate(definition["expr"], m, predicates) for m in members}
             owner = definition["class"] or "<module>"
@@ -337,14 +337,14 @@ def family_findings(ctx: VerifyContext, all_facts: list[dict[str, Any]]) -> list
                                         "write it as `self in (...)`, `self == X` or in terms of other helpers"))
                 continue
             true_for = [m for m in members if truth[m]]
-            if set(true_for) != set(declared):
-                missing, extra = sorted(set(declared) - set(true_for)), sorted(set(true_for) - set(declared))
+            if set(true_for) != set(wanted):
+                missing, extra = sorted(set(wanted) - set(true_for)), sorted(set(true_for) - set(wanted))
                 what = "; ".join(filter(None, [f"misses {', '.join(missing)}" if missing else "",
                                                 f"also covers {', '.join(extra)}" if extra else ""]))
                 findings.append(Finding(
                     NAME, Severity.ERROR, facts["path"], definition["line"],
                     f"family helper {owner}.{definition['name']}() is true for {', '.join(true_for) or 'no member'}, "
-                    f"but [verify.dispatch] families declares {', '.join(declared)} ({what})",
+                    f"but [verify.dispatch] families declares {', '.join(wanted)} ({what})",
                     "every site relying on this helper inherits the difference: fix the definition "
                     "(or the declaration, if the family really changed)"))
     return findings

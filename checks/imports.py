@@ -21,9 +21,9 @@ from typing import Any
 
 from patchkit import proc
 from patchkit.errors import BadInput, location
-from patchkit.verify.envs import stubs, verify_interpreter
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file, tree_identity
+from patchkit.verify.envs import stubs, verify_interpreter
 
 NAME = "imports"
 DESCRIPTION = "touched modules import on CPU from the patched tree, in the isolated environment"
@@ -109,7 +109,7 @@ def run_harness(python: str, root: Path, source_root: str, stub_dir: Path | None
     return {"modules": results, "process": status}
 
 
-def location_of(frames: list[list], ctx: VerifyContext, fallback: str) -> tuple[str, int | None]:
+def location_of(frames: list[list[Any]], ctx: VerifyContext, fallback: str) -> tuple[str, int | None]:
     """The deepest frame in a touched file, else in the tree, else the module's own file."""
     root = str(ctx.root.resolve()) + "/"
     in_tree = [(f[len(root):], line) for f, line in frames if f and f.startswith(root)]
@@ -156,7 +156,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
         return rows
     interpreter = verify_interpreter(ctx)
     stub_dir, stub_rows = stubs(ctx, NAME)
-    rows.append(Finding(NAME, Severity.INFO, "manifest.toml", None, f"{len(to_import)} module(s) imported: {interpreter.note}"))
+    rows.append(Finding(NAME, Severity.INFO, "manifest.toml", None,
+                        f"{len(to_import)} module(s) imported: {interpreter.note}"))
     key = key_of(NAME, interpreter.spec_key, tree_identity(ctx.root), sorted(to_import),
                  {rel: sha256_file(ctx.root / rel) for rel in ctx.touched},
                  hash_files(stub_dir.rglob("*.py")) if stub_dir else None)
@@ -189,7 +190,8 @@ EXAMPLES = (
             {"python/pkg/__init__.py": "", "python/pkg/gpu_only.py": "import sgl_kernel_not_here\n"},
             passes=False, expect="No module named 'sgl_kernel_not_here'"),
     Example("a module that kills the interpreter is reported, not lost",
-            {"python/pkg/__init__.py": "", "python/pkg/a_ok.py": "X = 1\n", "python/pkg/b_dies.py": "import os\nos._exit(3)\n"},
+            {"python/pkg/__init__.py": "", "python/pkg/a_ok.py": "X = 1\n",
+             "python/pkg/b_dies.py": "import os\nos._exit(3)\n"},
             passes=False, expect="the import process died while importing it"),
     Example("a static_only entry without a reason is refused", {"python/pkg/__init__.py": ""}, passes=False,
             expect="non-empty reasons", config={"static_only": {"pkg": ""}}),

@@ -118,7 +118,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
                     first.setdefault(key, (prefix, finding))
                     last[key] = prefix
     total = len(prefixes)
-    findings = [Finding(NAME, Severity.INFO, "series", None, f"{total} prefixes checked with {', '.join(PREFIX_GATES)}")]
+    findings = [Finding(NAME, Severity.INFO, "series", None,
+                        f"{total} prefixes checked with {', '.join(PREFIX_GATES)}")]
     for key, (prefix, finding) in first.items():
         end = last[key]
         span = (f"prefixes {prefix.number}-{end.number} of {total}" if end.number != prefix.number

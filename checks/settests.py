@@ -22,9 +22,9 @@ from checks._probe.runner import python_names
 from checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit import proc
 from patchkit.errors import BadInput, location
-from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file, tree_identity
+from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
 from patchkit.verify.facts import added_lines
 
 NAME = "tests"
@@ -40,7 +40,8 @@ def choose_interpreter(ctx: VerifyContext, config: dict[str, Any]) -> Interprete
         raise BadInput(f"[verify.tests] interpreter = {config['interpreter']!r}", hint='use "env" or "current"',
                        location=location("manifest.toml"))
     if config.get("interpreter") == "current" and not os.environ.get("PATCHKIT_VERIFY_PYTHON"):
-        return Interpreter(sys.executable, "ran with the running interpreter ([verify.tests] interpreter = current)", sys.executable)
+        return Interpreter(sys.executable, "ran with the running interpreter ([verify.tests] interpreter = current)",
+                           sys.executable)
     return verify_interpreter(ctx)
 
 
@@ -104,9 +105,11 @@ def raised_in_tree(failure: dict[str, Any], root: Path) -> str:
 def failure_finding(failure: dict[str, Any], tests_dir: Path, ctx: VerifyContext) -> Finding:
     file, line = test_line(failure, tests_dir, ctx.set_dir)
     crash = failure.get("crash")
-    what = crash[2].splitlines()[0] if crash and crash[2] else failure["text"].strip().splitlines()[-1:][0] if failure["text"].strip() else ""
+    text = failure["text"].strip()
+    what = crash[2].splitlines()[0] if crash and crash[2] else (text.splitlines()[-1] if text else "")
     verb = "could not be collected" if failure["when"] == "collect" else f"failed ({failure['when']})"
-    return Finding(NAME, Severity.ERROR, file, line, f"{failure['nodeid']} {verb}: {what}{raised_in_tree(failure, ctx.root)}")
+    return Finding(NAME, Severity.ERROR, file, line,
+                   f"{failure['nodeid']} {verb}: {what}{raised_in_tree(failure, ctx.root)}")
 
 
 def traced_finding(failure: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]]) -> Finding | None:
@@ -137,11 +140,14 @@ def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext,
         findings += list({(f.file, f.line): f for f in traced if f is not None}.values())
     shown = display_path(tests_dir)
     if code == 5:
-        findings.append(Finding(NAME, Severity.WARNING, shown, None, "pytest collected no tests", "add tests or remove the folder"))
+        findings.append(Finding(NAME, Severity.WARNING, shown, None, "pytest collected no tests",
+                                "add tests or remove the folder"))
     elif code not in (0, 1) and not findings:
-        findings.append(Finding(NAME, Severity.ERROR, shown, None, f"pytest did not complete (exit {code}): {outcome['tail'][-800:]}"))
+        findings.append(Finding(NAME, Severity.ERROR, shown, None,
+                                f"pytest did not complete (exit {code}): {outcome['tail'][-800:]}"))
     elif code == 1 and not findings:
-        findings.append(Finding(NAME, Severity.ERROR, shown, None, f"pytest failed without a test report: {outcome['tail'][-800:]}"))
+        findings.append(Finding(NAME, Severity.ERROR, shown, None,
+                                f"pytest failed without a test report: {outcome['tail'][-800:]}"))
     counts = outcome.get("counts") or {}
     if counts:
         reuse = (f" ({outcome['rerun']} rerun, {outcome['reused']} reused: they ran no code that changed)"
@@ -161,14 +167,16 @@ def run(ctx: VerifyContext) -> list[Finding]:
     interpreter = choose_interpreter(ctx, config)
     stub_dir, stub_rows = stubs(ctx, NAME)
     suite = key_of(NAME, interpreter.spec_key, config, RUNNER.read_text(),
-                   hash_files((p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts), tests_dir),
+                   hash_files((p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts),
+                              tests_dir),
                    hash_files(stub_dir.rglob("*.py")) if stub_dir else None,
                    python_names(ctx.root, str(ctx.manifest.get("verify", {}).get("source_root", "python"))))
     key = key_of(suite, tree_identity(ctx.root), {rel: sha256_file(ctx.root / rel) for rel in ctx.touched})
     cache = ResultCache(ctx.cache_dir, NAME)
     outcome = cache.get(key)
     if outcome is None:
-        outcome = _run_with_impact(interpreter.python, tests_dir, ctx, stub_dir, config, SnapshotStore(ctx.cache_dir, suite))
+        store = SnapshotStore(ctx.cache_dir, suite)
+        outcome = _run_with_impact(interpreter.python, tests_dir, ctx, stub_dir, config, store)
         if outcome["returncode"] in (0, 1, 5):
             cache.put(key, {k: v for k, v in outcome.items() if k not in ("deps", "tests")})
     note = Finding(NAME, Severity.INFO, display_path(tests_dir), None, f"set tests {interpreter.note}")
@@ -202,18 +210,20 @@ def _run_with_impact(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir:
 
 
 _FIND_TREE = "import os, sys\nsys.path.insert(0, os.path.join(os.environ['PATCHKIT_TARGET'], 'python'))\n"
+_TEST_ADD = _FIND_TREE + "from pkg.algo import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+_TEST_FIRST = _FIND_TREE + "from pkg.algo import first\n\n\ndef test_first():\n    assert first([7]) == 7\n"
 
 EXAMPLES = (
     Example("set tests pass", {"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a + b\n",
-                               "@set/tests/test_algo.py": _FIND_TREE + "from pkg.algo import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+                               "@set/tests/test_algo.py": _TEST_ADD},
             passes=True, expect="1 passed, 0 failed"),
     Example("an algorithm bug only the tests see",
             {"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a - b\n",
-             "@set/tests/test_algo.py": _FIND_TREE + "from pkg.algo import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+             "@set/tests/test_algo.py": _TEST_ADD},
             passes=False, expect="test_algo.py::test_add failed (call)"),
     Example("an error raised in the tree is located",
             {"python/pkg/__init__.py": "", "python/pkg/algo.py": "def first(xs):\n    return xs[1]\n",
-             "@set/tests/test_algo.py": _FIND_TREE + "from pkg.algo import first\n\n\ndef test_first():\n    assert first([7]) == 7\n"},
+             "@set/tests/test_algo.py": _TEST_FIRST},
             passes=False, expect="raised at python/pkg/algo.py:2"),
     Example("a test module that cannot be collected",
             {"python/pkg/__init__.py": "", "@set/tests/test_algo.py": _FIND_TREE + "from pkg.nothing import x\n"},

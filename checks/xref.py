@@ -352,7 +352,7 @@ def _symbols(state: _Run) -> list[Symbol]:
     ]
 
 
-def _definitions(facts, fam, kinds, defined) -> None:
+def _definitions(facts: dict[str, Any], fam: Any, kinds: dict[str, set[str]], defined: dict[str, list[Place]]) -> None:
     path = facts["path"]
     for qual, cls in facts["classes"].items():
         if fam(cls["name"]):
@@ -451,7 +451,8 @@ EXAMPLES = (
              .replace("tree = build", "DDTreeGone\n            tree = build"), "neither defines nor re-exports"),
     _example("missing enum member", _USER_SRC.replace("Algo.DDTREE", "Algo.DDTREE_V2"), "has no enum member"),
     _example("wrong keyword", _USER_SRC.replace("depth_bonus=0.5", "depth_bonsu=0.5"), "unexpected keyword"),
-    _example("too many positionals to a dataclass", _USER_SRC.replace("budget=self.ddtree_budget", "self.ddtree_budget, [], 1"),
+    _example("too many positionals to a dataclass",
+             _USER_SRC.replace("budget=self.ddtree_budget", "self.ddtree_budget, [], 1"),
              "positional"),
     _example("unassigned self attribute", _USER_SRC.replace("(self.ddtree_budget, topk", "(self.ddtree_budgt, topk"),
              "never assigned"),

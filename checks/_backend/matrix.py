@@ -24,7 +24,8 @@ ServerArgs keyword. The oracle for a generated case:
 - a case matching a ``[[matrix.exception]]`` (``when`` = axis values, ``error``, ``reason``) must be
   refused with that error: a known refusal of the base that DDTREE inherits, written down;
 - an explicit backend outside ``allowed`` (for the target's kind) must be refused, naming its flag
-  or the backend (the base's own refusals name the backend, DDTREE's name the flag);
+  (a refusal by the base itself, whose message does not name the algorithm, may name the backend
+  instead);
 - a page size above 1 must be refused, naming ``--page-size`` (``refuse_page_above``, default 1);
 - anything else must resolve, keep every explicit backend, and (as every case) verify on backends
   that honour the tree mask.
@@ -67,7 +68,8 @@ def _tuples(axes: dict[str, list[Any]], strength: int) -> set[tuple[tuple[str, i
     return out
 
 
-def covering_array(axes: dict[str, list[Any]], strength: int, seed: int = 0, candidates: int = 60) -> list[dict[str, Any]]:
+def covering_array(axes: dict[str, list[Any]], strength: int, seed: int = 0,
+                   candidates: int = 60) -> list[dict[str, Any]]:
     """A small set of assignments covering every ``strength``-way combination (greedy, deterministic)."""
     names = list(axes)
     if not names:

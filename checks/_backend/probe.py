@@ -28,9 +28,15 @@ import sys
 import tempfile
 import traceback
 import warnings
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_probe"))
-from tracing import code_key, lines_run  # noqa: E402
+try:  # in the repository (type checkers, tests)
+    from checks._probe.tracing import code_key, lines_run
+except ImportError:  # run as a script in the isolated environment, where only its folder is known
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_probe"))
+    from tracing import code_key, lines_run  # type: ignore[import-not-found,no-redef]
 
 MARKER = "=== patchkit probe rows ==="
 _ADDED: dict[str, set[int]] = {}  # the request's added lines per touched file: the only lines traced
@@ -42,7 +48,7 @@ FIELDS = (
 )
 
 
-def _write_config(root: str, name: str, config: dict) -> str:
+def _write_config(root: str, name: str, config: dict[str, Any]) -> str:
     path = os.path.join(root, name)
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
@@ -51,7 +57,7 @@ def _write_config(root: str, name: str, config: dict) -> str:
 
 
 @contextlib.contextmanager
-def _hardware(module, probes: list[str], on: set[str], flashinfer: bool):
+def _hardware(module: ModuleType, probes: list[str], on: set[str], flashinfer: bool) -> Iterator[None]:
     """Monkeypatch the hardware probes imported into the server_args module."""
     names = [p for p in probes if hasattr(module, p)] + ["is_flashinfer_available"]
     saved = {name: getattr(module, name) for name in names if hasattr(module, name)}
@@ -65,7 +71,7 @@ def _hardware(module, probes: list[str], on: set[str], flashinfer: bool):
             setattr(module, name, fn)
 
 
-def _generic_rule(module, args, topk, page_size):
+def _generic_rule(module: ModuleType, args: Any, topk: Any, page_size: Any) -> Any:
     """The backend the generic (base) default rule picks for ``args`` with the given topk and page
     size, i.e. ignoring any DDTREE-specific default the tree may add."""
     probe = copy.copy(args)
@@ -75,11 +81,11 @@ def _generic_rule(module, args, topk, page_size):
         probe._is_ddtree_requested = lambda: False
     try:
         return probe._get_default_attn_backend(probe.use_mla_backend(), probe.get_model_config())
-    except Exception as exc:  # noqa: BLE001 - report, do not fail the row
+    except Exception as exc:
         return f"error: {type(exc).__name__}: {exc}"
 
 
-def _topk_one(module, topk, page_size):
+def _topk_one(module: ModuleType, topk: Any, page_size: Any) -> bool | None:
     fn = getattr(module, "is_no_spec_infer_or_topk_one", None)
     if fn is None:
         return None
@@ -87,7 +93,7 @@ def _topk_one(module, topk, page_size):
     return bool(fn(holder))
 
 
-def _paths(case: dict, workdir: str) -> dict:
+def _paths(case: dict[str, Any], workdir: str) -> dict[str, Any]:
     kwargs = dict(case.get("args", {}))
     kwargs.setdefault("device", "cuda")
     kwargs.setdefault("skip_tokenizer_init", True)
@@ -97,14 +103,14 @@ def _paths(case: dict, workdir: str) -> dict:
     return kwargs
 
 
-def _fill(module, row: dict, args, user_topk, user_page) -> None:
+def _fill(module: ModuleType, row: dict[str, Any], args: Any, user_topk: Any, user_page: Any) -> None:
     for field in FIELDS:
         row[field] = getattr(args, field, None)
     if hasattr(args, "get_attention_backends"):
         row["prefill_attention_backend"], row["decode_attention_backend"] = args.get_attention_backends()
     try:  # "flashinfer" on an MLA model builds FlashInferMLAAttnBackend, which has no tree mask
         row["use_mla"] = bool(args.use_mla_backend())
-    except Exception:  # noqa: BLE001 - an older tree without the method
+    except Exception:
         row["use_mla"] = None
     row["topk_one_at_selection"] = _topk_one(module, user_topk, user_page)
     row["topk_one_resolved"] = _topk_one(module, args.speculative_eagle_topk, args.page_size)
@@ -112,8 +118,8 @@ def _fill(module, row: dict, args, user_topk, user_page) -> None:
     row["generic_rule_resolved"] = _generic_rule(module, args, args.speculative_eagle_topk, args.page_size)
 
 
-def _raised_at(exc: BaseException, touched: set) -> list | None:
-    frames = []
+def _raised_at(exc: BaseException, touched: set[str]) -> list[Any] | None:
+    frames: list[list[Any]] = []
     tb = exc.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code.co_filename in touched:
@@ -122,7 +128,8 @@ def _raised_at(exc: BaseException, touched: set) -> list | None:
     return frames[-1] if frames else None
 
 
-def _construct(module, build, row: dict, kwargs: dict, touched: set) -> None:
+def _construct(module: ModuleType, build: Callable[[], Any], row: dict[str, Any], kwargs: dict[str, Any],
+               touched: set[str]) -> None:
     """Build ServerArgs with ``build``; fill ``row`` with its values, or the error and where it rose."""
     user_topk, user_page = kwargs.get("speculative_eagle_topk"), kwargs.get("page_size")
     with lines_run(_ADDED or touched) as executed:
@@ -144,23 +151,22 @@ class CommandLine:
     """SGLang's own command line (``prepare_server_args`` or the base's entry): the parser it builds,
     with where each flag is declared, and the argv for a case's ServerArgs keywords."""
 
-    def __init__(self, module, entry: str):
-        self.entry = getattr(module, entry, None)
-        self.actions: list = []
-        self.origin: dict[int, list] = {}  # id(action) -> [file, line of the add_argument call]
+    def __init__(self, module: ModuleType, entry: str):
+        self.entry: Callable[[list[str]], Any] | None = getattr(module, entry, None)
+        self.origin: dict[int, list[Any]] = {}  # id(action) -> [file, line of the add_argument call]
         parser = _RecordingParser(self.origin)
         module.ServerArgs.add_cli_args(parser)
-        self.actions = list(parser._actions)
+        self.actions: list[argparse.Action] = list(parser._actions)
         self.by_option = {o: a for a in self.actions for o in a.option_strings}
-        self.by_dest = {}
+        self.by_dest: dict[str, argparse.Action] = {}
         for a in self.actions:
             self.by_dest.setdefault(a.dest, a)
 
-    def action_for(self, field: str):
+    def action_for(self, field: str) -> argparse.Action | None:
         return self.by_option.get("--" + field.replace("_", "-")) or self.by_dest.get(field)
 
-    def argv(self, kwargs: dict) -> list[str] | None:
-        out = []
+    def argv(self, kwargs: dict[str, Any]) -> list[str] | None:
+        out: list[str] = []
         for field, value in kwargs.items():
             action = self.action_for(field)
             if action is None:
@@ -182,11 +188,11 @@ class CommandLine:
 
 
 class _RecordingParser(argparse.ArgumentParser):
-    def __init__(self, origin: dict):
+    def __init__(self, origin: dict[int, list[Any]]):
         super().__init__(prog="probe", add_help=False)
         self._origin = origin
 
-    def add_argument(self, *args, **kwargs):  # noqa: D102
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)
         caller = sys._getframe(1)
         self._origin[id(action)] = [caller.f_code.co_filename, caller.f_lineno]
@@ -212,8 +218,9 @@ def _keyword_line(path: str, call_line: int, keyword: str | None) -> int:
     return call_line
 
 
-def _resolve(module, cli: CommandLine | None, case: dict, workdir: str, touched: set) -> dict:
-    row = {"name": case["name"]}
+def _resolve(module: ModuleType, cli: CommandLine | None, case: dict[str, Any], workdir: str,
+             touched: set[str]) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": case["name"]}
     kwargs = _paths(case, workdir)
     with _hardware(module, case["probes"], set(case["probes_on"]), case["flashinfer"]):
         _construct(module, lambda: module.ServerArgs(**kwargs), row, kwargs, touched)
@@ -222,21 +229,24 @@ def _resolve(module, cli: CommandLine | None, case: dict, workdir: str, touched:
     return row
 
 
-def _through_cli(module, cli: CommandLine, kwargs: dict, touched: set) -> dict:
+def _through_cli(module: ModuleType, cli: CommandLine, kwargs: dict[str, Any], touched: set[str]) -> dict[str, Any]:
     argv = cli.argv(kwargs)
-    cli_row: dict = {}
+    cli_row: dict[str, Any] = {}
+    entry = cli.entry
+    assert entry is not None
     if argv is None:
         cli_row["unavailable"] = [f for f in kwargs if cli.action_for(f) is None]
         return cli_row
     cli_row["argv"] = argv
     stderr = io.StringIO()
 
-    def build():
+    def build() -> Any:
         with contextlib.redirect_stderr(stderr):
             try:
-                return cli.entry(list(argv))
+                return entry(list(argv))
             finally:
-                cli_row["_stderr"] = stderr.getvalue().strip().splitlines()[-1:] and stderr.getvalue().strip().splitlines()[-1]
+                lines = stderr.getvalue().strip().splitlines()
+                cli_row["_stderr"] = lines[-1] if lines else ""  # argparse's one-line reason
                 logging.disable(logging.CRITICAL)  # the entry reconfigures logging
 
     _construct(module, build, cli_row, kwargs, touched)
@@ -245,17 +255,18 @@ def _through_cli(module, cli: CommandLine, kwargs: dict, touched: set) -> dict:
     return cli_row
 
 
-def _field_defaults(module) -> dict:
-    out = {}
+def _field_defaults(module: ModuleType) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for f in dataclasses.fields(module.ServerArgs):
         if f.default is not dataclasses.MISSING:
             out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            out[f.name] = f.default_factory()  # type: ignore[misc]
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
     return out
 
 
-def _flag_rows(module, cli: CommandLine, request: dict, workdir: str, touched: set) -> list[dict]:
+def _flag_rows(module: ModuleType, cli: CommandLine, request: dict[str, Any], workdir: str,
+               touched: set[str]) -> list[dict[str, Any]]:
     """Every flag of the family: stores into a ServerArgs field, defaults like the field, and resolves
     the same through the command line as through ServerArgs(**kwargs) when it is given."""
     family = re.compile(request.get("flag_family") or "ddtree", re.IGNORECASE)
@@ -263,25 +274,27 @@ def _flag_rows(module, cli: CommandLine, request: dict, workdir: str, touched: s
     defaults = _field_defaults(module)
     fields = {f.name for f in dataclasses.fields(module.ServerArgs)}
     base_case = request.get("flag_case")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for action in cli.actions:
         options = [o for o in action.option_strings if o.startswith("--")]
         if not options or not any(family.search(o) for o in options):
             continue
         flag = options[0]
         origin = cli.origin.get(id(action), [None, None])
-        row = {"flag": flag, "dest": action.dest, "problems": [], "file": origin[0], "line": origin[1]}
+        row: dict[str, Any] = {"flag": flag, "dest": action.dest, "problems": [], "file": origin[0], "line": origin[1]}
         rows.append(row)
         if action.dest not in fields:
+            line = _keyword_line(origin[0], origin[1], None) if origin[0] else None
             row["problems"].append([f"{flag} stores into args.{action.dest}, which is not a ServerArgs field: "
-                                    "from_cli_args never reads it", _keyword_line(origin[0], origin[1], None) if origin[0] else None])
+                                    "from_cli_args never reads it", line])
             continue
         if action.default != defaults.get(action.dest, dataclasses.MISSING):
             row["problems"].append([f"{flag} defaults to {action.default!r} on the command line, but "
                                     f"ServerArgs.{action.dest} defaults to {defaults.get(action.dest)!r}",
                                     _keyword_line(origin[0], origin[1], "default") if origin[0] else None])
         if flag not in samples:
-            row["problems"].append([f"no sample value for {flag}: declare it under [cli] flags in the expectations", None])
+            row["problems"].append([f"no sample value for {flag}: declare it under [cli] flags in the expectations",
+                                    None])
             continue
         if base_case is None:
             continue
@@ -306,18 +319,19 @@ def main() -> int:
     _ADDED.update({path: set(lines) for path, lines in request.get("added", {}).items()})
     try:
         module = __import__(request["module"], fromlist=["ServerArgs"])
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(MARKER)
         print(json.dumps({"import_error": traceback.format_exc(limit=5), "raised_at": _raised_at(exc, touched),
                           "deps": _tree_deps(request["tree_python"])}))
         return 0
-    cli = None
+    cli: CommandLine | None = None
     if request.get("cli_entry"):
         try:
             cli = CommandLine(module, request["cli_entry"])
-        except Exception:  # noqa: BLE001 - reported with the rows
+        except Exception:
             cli = None
-    rows, flags = [], []
+    rows: list[dict[str, Any]] = []
+    flags: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="patchkit-backend-") as workdir:
         for case in request["cases"]:
             case.setdefault("probes", request["probes"])

@@ -12,7 +12,8 @@ evaluated with the imported aliases and these helpers: ``ns(**kw)`` (a SimpleNam
 (a MagicMock with those attributes), ``new(cls, **kw)`` (an instance made without ``__init__``).
 ``function`` may name a nested function: ``mod.Class.method.<locals>.inner``; its free variables
 come from ``free``. ``patch`` maps ``alias.attr`` to a value set for the duration of the call
-(a module-level helper that needs a GPU or a process group, say). ``self`` maps dotted attribute paths to values on a MagicMock (or on the object
+(a module-level helper that needs a GPU or a process group, say). ``self`` maps dotted attribute
+paths to values on a MagicMock (or on the object
 that ``self = "expr"`` builds). ``expect`` expressions also see ``self``, ``result`` and ``error``.
 
 Writes one row per call after a marker line: ok, problems, the executed lines of touched files,
@@ -32,13 +33,16 @@ import warnings
 from typing import Any
 from unittest import mock as _mock
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tracing import code_key, lines_run  # noqa: E402
+try:  # in the repository (type checkers, tests)
+    from checks._probe.tracing import code_key, lines_run
+except ImportError:  # run as a script in the isolated environment, where only its folder is known
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from tracing import code_key, lines_run  # type: ignore[import-not-found,no-redef]
 
 MARKER = "=== patchkit probe rows ==="
 
 
-def _new(cls: type, **attrs: Any) -> Any:
+def _new(cls: Any, **attrs: Any) -> Any:
     obj = cls.__new__(cls)
     for key, value in attrs.items():
         object.__setattr__(obj, key, value)
@@ -82,7 +86,8 @@ def _set_path(obj: Any, dotted: str, value: Any) -> None:
     setattr(obj, last, value)
 
 
-def _run_call(call: dict[str, Any], env: dict[str, Any], touched: set[str], added: dict[str, set[int]]) -> dict[str, Any]:
+def _run_call(call: dict[str, Any], env: dict[str, Any], touched: set[str],
+              added: dict[str, set[int]]) -> dict[str, Any]:
     row: dict[str, Any] = {"name": call["name"], "problems": [], "executed": []}
     scope = dict(env)
     try:
@@ -106,14 +111,15 @@ def _run_call(call: dict[str, Any], env: dict[str, Any], touched: set[str], adde
         kwargs = {k: eval(v, scope) for k, v in call.get("kwargs", {}).items()}
         if self_obj is not None and not nested and call.get("bind_self", True):
             args = [self_obj, *args]
-    except Exception:  # noqa: BLE001 - a setup problem is the row's result
+    except Exception:
         row["problems"].append(f"could not set up the call: {traceback.format_exc(limit=3).strip().splitlines()[-1]}")
         return row
     try:
         patches = [(eval(key.rpartition(".")[0], scope), key.rpartition(".")[2], eval(value, scope))
                    for key, value in call.get("patch", {}).items()]
-    except Exception:  # noqa: BLE001
-        row["problems"].append(f"could not set up the patches: {traceback.format_exc(limit=2).strip().splitlines()[-1]}")
+    except Exception:
+        reason = traceback.format_exc(limit=2).strip().splitlines()[-1]
+        row["problems"].append(f"could not set up the patches: {reason}")
         return row
     saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
     result, error = None, None
@@ -123,7 +129,7 @@ def _run_call(call: dict[str, Any], env: dict[str, Any], touched: set[str], adde
         with lines_run(added or touched) as executed:
             try:
                 result = function(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - the expectations judge it
+            except Exception as exc:
                 error = exc
     finally:
         for obj, attr, value in saved:
@@ -150,7 +156,7 @@ def _run_call(call: dict[str, Any], env: dict[str, Any], touched: set[str], adde
     for expr in call.get("expect", []):
         try:
             ok = bool(eval(expr, scope))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             row["problems"].append(f"`{expr}` could not be evaluated: {type(exc).__name__}: {exc}")
             continue
         if not ok:
@@ -166,7 +172,7 @@ def _values(expr: str, scope: dict[str, Any]) -> str:
     for chain in dict.fromkeys(re.findall(r"\b(?:result|self|error)(?:\.\w+)+", expr)):
         try:
             shown.append(f"{chain} = {eval(chain, scope)!r}"[:160])
-        except Exception:  # noqa: BLE001
+        except Exception:
             continue
     return f" ({'; '.join(shown)})" if shown else ""
 
@@ -212,7 +218,7 @@ def main() -> int:
     try:
         for alias, module in request.get("imports", {}).items():
             env[alias] = importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         frames = [[f.filename, f.lineno] for f in traceback.extract_tb(exc.__traceback__) if f.filename in touched]
         print(MARKER)
         print(json.dumps({"import_error": traceback.format_exc(limit=6), "raised_at": frames[-1] if frames else None,

@@ -109,7 +109,8 @@ def run_probe(ctx: VerifyContext, gate: str, probe: Path, request: dict[str, Any
     if "rows" not in payload:
         detail = payload.get("import_error") or done.stderr[-2000:] or done.stdout[-2000:]
         raise BadInput(f"the {gate} probe could not run in {python}: {str(detail).strip()}",
-                       location=Location(failure_file), hint="check the isolated environment ([verify.env]) and the tree")
+                       location=Location(failure_file),
+                       hint="check the isolated environment ([verify.env]) and the tree")
     return dict(payload)
 
 

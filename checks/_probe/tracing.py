@@ -4,7 +4,7 @@ tree's touched files run while a call executes, so a failing check can name the 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,11 +15,11 @@ def code_key(code: Any) -> str:
 
 
 @contextmanager
-def lines_run(files: dict[str, set[int] | None] | set[str]) -> Iterator[list[tuple[str, int, str]]]:
+def lines_run(files: Mapping[str, set[int] | None] | set[str]) -> Iterator[list[tuple[str, int, str]]]:
     """Collect (file, line, function) for every line executed in ``files`` (absolute paths; with a
     dict, only its lines of each file: the added ones), in order, once each; ``function`` is
     :func:`code_key` of the code object the line belongs to."""
-    wanted = files if isinstance(files, dict) else dict.fromkeys(files)
+    wanted: Mapping[str, set[int] | None] = files if isinstance(files, Mapping) else dict.fromkeys(files)
     seen: set[tuple[str, int]] = set()
     order: list[tuple[str, int, str]] = []
 

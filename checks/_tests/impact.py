@@ -155,9 +155,8 @@ class Snapshot:
             return None
         out = []
         for nodeid, test in self.data["tests"].items():
-            if test.get("opaque") and any(rel in current for rel, _ in test["deps"]):
-                out.append(nodeid)
-            elif any(stale(rel, qual) for rel, qual in test["deps"]):
+            touched_opaque = test.get("opaque") and any(rel in current for rel, _ in test["deps"])
+            if touched_opaque or any(stale(rel, qual) for rel, qual in test["deps"]):
                 out.append(nodeid)
         return out
 

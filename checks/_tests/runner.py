@@ -17,17 +17,18 @@ import os
 import subprocess
 import sys
 import threading
+from typing import Any
 
 sys.dont_write_bytecode = True
 import pytest  # noqa: E402
 
 out_path, tree_root = sys.argv[1], os.path.abspath(sys.argv[2]) + os.sep
-failures: list[dict] = []
+failures: list[dict[str, Any]] = []
 counts = {"passed": 0, "failed": 0, "skipped": 0}
-tests: dict[str, dict] = {}
+tests: dict[str, dict[str, Any]] = {}
 
 
-def describe(report, when):
+def describe(report: Any, when: str) -> dict[str, Any]:
     longrepr = report.longrepr
     crash = getattr(longrepr, "reprcrash", None)
     entries = getattr(getattr(longrepr, "reprtraceback", None), "reprentries", [])
@@ -39,7 +40,7 @@ def describe(report, when):
 
 
 class Collector:
-    def pytest_runtest_logreport(self, report):
+    def pytest_runtest_logreport(self, report: Any) -> None:
         entry = tests.setdefault(report.nodeid, {"outcome": "passed", "failures": []})
         if report.failed:
             counts["failed"] += 1
@@ -53,7 +54,7 @@ class Collector:
         elif report.passed and report.when == "call":
             counts["passed"] += 1
 
-    def pytest_collectreport(self, report):
+    def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
             failures.append(describe(report, "collect"))
 
@@ -61,14 +62,14 @@ class Collector:
 class Tracker:
     """Which code objects of the tree run, per bucket (see the module docstring)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.bucket = "<global>"
-        self.codes: dict[str, set] = {"<global>": set()}
-        self.known: dict = {}
+        self.codes: dict[str, set[Any]] = {"<global>": set()}
+        self.known: dict[Any, bool] = {}
         self.opaque: set[str] = set()
         self.fixtures: dict[str, list[str]] = {}
 
-    def trace(self, frame, event, arg):
+    def trace(self, frame: Any, event: str, arg: Any) -> None:
         code = frame.f_code
         inside = self.known.get(code)
         if inside is None:
@@ -78,14 +79,14 @@ class Tracker:
         return None
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_protocol(self, item, nextitem):
+    def pytest_runtest_protocol(self, item: Any, nextitem: Any) -> Any:
         self.bucket = item.nodeid
         self.fixtures[item.nodeid] = list(getattr(item, "fixturenames", []))
         yield
         self.bucket = "<global>"
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_fixture_setup(self, fixturedef, request):
+    def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Any:
         if fixturedef.scope == "function":
             yield
             return
@@ -93,40 +94,45 @@ class Tracker:
         yield
         self.bucket = previous
 
-    def mark_opaque(self):
+    def mark_opaque(self) -> None:
         self.opaque.add(self.bucket)
 
-    def dump(self) -> dict:
+    def dump(self) -> dict[str, Any]:
         return {"buckets": {b: sorted({(c.co_filename, c.co_firstlineno, c.co_name) for c in codes})
                             for b, codes in self.codes.items()},
                 "opaque": sorted(self.opaque), "fixtures": self.fixtures}
 
 
+def watch_subprocesses(tracker: Tracker) -> None:
+    """Mark the running test opaque when it starts a process (its children's code is not traced)."""
+    popen_init = subprocess.Popen.__init__
+    process_start = multiprocessing.process.BaseProcess.start
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        tracker.mark_opaque()
+        popen_init(self, *args, **kwargs)
+
+    def start(self: Any) -> None:
+        tracker.mark_opaque()
+        process_start(self)
+
+    subprocess.Popen.__init__ = init  # type: ignore[method-assign]
+    multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign]
+
+
 tracker = Tracker() if os.environ.get("PATCHKIT_TRACE_DEPS") == "1" else None
-plugins: list = [Collector()]
+plugins: list[Any] = [Collector()]
 if tracker is not None:
     plugins.append(tracker)
-    _popen_init = subprocess.Popen.__init__
-    _process_start = multiprocessing.process.BaseProcess.start
-
-    def popen_init(self, *args, **kwargs):
-        tracker.mark_opaque()
-        _popen_init(self, *args, **kwargs)
-
-    def process_start(self):
-        tracker.mark_opaque()
-        _process_start(self)
-
-    subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
-    multiprocessing.process.BaseProcess.start = process_start  # type: ignore[method-assign]
+    watch_subprocesses(tracker)
     threading.settrace(tracker.trace)
     sys.settrace(tracker.trace)
 
 code = pytest.main(sys.argv[3:], plugins=plugins)
 if tracker is not None:
     sys.settrace(None)
-    threading.settrace(None)  # type: ignore[arg-type]
-result = {"returncode": int(code), "failures": failures, "counts": counts, "tests": tests}
+    threading.settrace(None)
+result: dict[str, Any] = {"returncode": int(code), "failures": failures, "counts": counts, "tests": tests}
 if tracker is not None:
     result["deps"] = tracker.dump()
 with open(out_path, "w") as handle:

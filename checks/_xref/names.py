@@ -132,7 +132,9 @@ class TypeIndex:
                 continue
             hint = cls.get("self_types", {}).get(attr)
             if hint is not None:
-                return self.of_hint(facts, hint, "", cls_ref.qualname, depth + 1) if not hint.startswith("same:") else None
+                if hint.startswith("same:"):
+                    return None  # relative to a method's locals, which are not known here
+                return self.of_hint(facts, hint, "", cls_ref.qualname, depth + 1)
             for field in cls["fields"]:
                 if field["name"] == attr and field.get("annotation"):
                     return self.of_annotation(facts, field["annotation"])
@@ -141,7 +143,8 @@ class TypeIndex:
                 return self.of_annotation(facts, fn.get("returns"))
         return None
 
-    def of_expression(self, facts: dict[str, Any], dotted: str, scope: str, cls: str | None, depth: int = 0) -> Ref | None:
+    def of_expression(self, facts: dict[str, Any], dotted: str, scope: str, cls: str | None,
+                      depth: int = 0) -> Ref | None:
         """The instance type of ``a.b.c`` evaluated in ``scope`` (``self`` is an instance of ``cls``)."""
         head, *rest = dotted.split(".")
         if head == "self":

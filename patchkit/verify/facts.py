@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 FACTS_SCHEMA = 10  # bump when the facts layout or extraction logic changes
 
@@ -255,7 +255,7 @@ def _params(node: ast.arguments) -> list[list[Any]]:
     out: list[list[Any]] = [[a.arg, kind, i >= first_default] for i, (a, kind) in enumerate(positional)]
     if node.vararg is not None:
         out.append([node.vararg.arg, "varargs", False])
-    for a, default in zip(node.kwonlyargs, node.kw_defaults):
+    for a, default in zip(node.kwonlyargs, node.kw_defaults, strict=True):
         out.append([a.arg, "kwonly", default is not None])
     if node.kwarg is not None:
         out.append([node.kwarg.arg, "varkw", False])
@@ -340,7 +340,7 @@ def _type_hint(value: ast.AST, params: dict[str, str], local_hints: dict[str, st
 
 
 class _Scope:
-    __slots__ = ("kind", "name", "qualname", "cls", "function")
+    __slots__ = ("cls", "function", "kind", "name", "qualname")
 
     def __init__(self, kind: str, name: str, qualname: str, cls: str | None, function: dict[str, Any] | None):
         self.kind, self.name, self.qualname, self.cls, self.function = kind, name, qualname, cls, function
@@ -456,7 +456,8 @@ class FactCollector:
     def _class_facts(self) -> dict[str, Any] | None:
         # Only the class body itself (not a method) binds class attributes.
         if self.scopes and self.scopes[-1].kind == "class":
-            return self.facts["classes"][self.scopes[-1].qualname]
+            found: dict[str, Any] = self.facts["classes"][self.scopes[-1].qualname]
+            return found
         return None
 
     def _name(self, name: str, line: int) -> None:
@@ -514,7 +515,8 @@ class FactCollector:
         self._bind_toplevel(name, "function", node.lineno)
         params = _params(node.args)
         all_args = [*node.args.posonlyargs, *node.args.args, node.args.vararg, *node.args.kwonlyargs, node.args.kwarg]
-        param_types = {a.arg: self._segment(a.annotation) for a in all_args if a is not None and a.annotation is not None}
+        param_types = {a.arg: self._segment(a.annotation) for a in all_args
+                       if a is not None and a.annotation is not None}
         entry = {
             "name": name,
             "line": node.lineno,
@@ -531,7 +533,7 @@ class FactCollector:
         self.facts["functions"].setdefault(qual, entry)
         in_enum = any(s.kind == "class" and s.name == self.settings.enum_name for s in self.scopes)
         if name in self.helpers or (in_enum and name.startswith("is_")):
-            self._record_predicate(node, qual, entry["class"])
+            self._record_predicate(node, qual, (owner is not None and self.scopes[-1].qualname) or None)
         scope = _Scope("def", name, qual, self.current_class, self.facts["functions"][qual])
         self.scopes.append(scope)
         self._name(name, node.lineno)
@@ -545,9 +547,9 @@ class FactCollector:
         first, last = self.blines[start - 1], self.blines[end - 1]
         col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
         if start == end:
-            return first[col:end_col].decode("utf-8", errors="replace")
+            return str(first[col:end_col].decode("utf-8", errors="replace"))
         middle = b"".join(self.blines[start:end - 1])
-        return (first[col:] + middle + last[:end_col]).decode("utf-8", errors="replace")
+        return str((first[col:] + middle + last[:end_col]).decode("utf-8", errors="replace"))
 
     # -- bindings -------------------------------------------------------------------------------
     def _hint(self, table: dict[str, str], name: str, hint: str | None) -> None:
@@ -742,7 +744,7 @@ class FactCollector:
     def _dynamic_self(self, node: ast.Call, callee: str) -> None:
         """``setattr(self, name, v)`` assigns ``name`` when it is a literal (or a loop over literals);
         any other name, or ``vars(self)``, makes the class's attributes unknowable."""
-        cls = self.facts["classes"][self.current_class]  # type: ignore[index]
+        cls = self.facts["classes"][self.current_class]
         name = node.args[1] if callee == "setattr" and len(node.args) > 1 else None
         literal = _string_value(name)
         function = self._function()
@@ -788,7 +790,7 @@ class FactCollector:
             self._dispatch_membership(node)
 
     def visit_Dict(self, node: ast.Dict) -> None:
-        for key, value in zip(node.keys, node.values):
+        for key, value in zip(node.keys, node.values, strict=True):
             if key is not None:
                 self._mark_root(value)
 
@@ -874,7 +876,7 @@ class FactCollector:
         if not members and len(names) < 2:
             return
         root = self._root_stack[-1] if self._root_stack else None
-        if root is None or root is node and isinstance(self._parents.get(id(node)), (ast.Tuple, ast.List, ast.Set)):
+        if root is None or (root is node and isinstance(self._parents.get(id(node)), (ast.Tuple, ast.List, ast.Set))):
             return
         before = len(self.facts["dispatch"])
         for el in members:
@@ -911,7 +913,8 @@ class FactCollector:
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             names = [self._members_of(el) for el in node.elts]
             return None if any(n is None for n in names) else [x for n in names for x in n]  # type: ignore[union-attr]
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == self.settings.enum_name:
+        enum = self.settings.enum_name
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == enum:
             return [node.attr]
         return None
 
@@ -939,7 +942,7 @@ class FactCollector:
                     return ["not", test] if isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)) else test
         return ["unknown", normalise_expression(self._segment(node))]
 
-    _HANDLERS: dict[type, Any] = {}
+    _HANDLERS: ClassVar[dict[type, Any]] = {}
 
 
 FactCollector._HANDLERS = {
@@ -1086,7 +1089,8 @@ class PyIndex:
     def _load_or_extract(self, rel: str, data: bytes, digest: str) -> dict[str, Any] | None:
         cached = self._cache_path(digest)
         if cached is not None and cached.is_file():
-            return json.loads(cached.read_text())
+            loaded: dict[str, Any] = json.loads(cached.read_text())
+            return loaded
         facts = self._extract(rel, data)
         if facts is not None and cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,8 @@ def python_names(root: Path, base: str) -> str:
     names = []
     for dirpath, dirnames, filenames in os.walk(root / base):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        names += [os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith(".py")]
+        rel = os.path.relpath(dirpath, root)
+        names += [os.path.join(rel, f) for f in sorted(filenames) if f.endswith(".py")]
     return hashlib.sha256("\n".join(names).encode()).hexdigest()
 
 

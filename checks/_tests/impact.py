@@ -147,9 +147,9 @@ class Snapshot:
                 return None  # module-level code changed: anything may depend on it
 
         def stale(rel: str, qual: str) -> bool:
-            if rel not in current:
-                return False
-            return qual == MODULE or current[rel].hashes.get(qual) != self.data["hashes"].get(rel, {}).get(qual)
+            if rel not in current or qual == MODULE:
+                return False  # module-level code of a changed file was compared above: unchanged
+            return current[rel].hashes.get(qual) != self.data["hashes"].get(rel, {}).get(qual)
 
         if any(stale(rel, qual) for rel, qual in self.data["global"]):
             return None

@@ -1,23 +1,27 @@
-"""DDTree hot path: the reference per-request heap against the patch set's batched builder.
+"""DDTree hot path: the round after the draft forward, as the server runs it, against the verify forward.
 
-One run measures, side by side, for every batch size and budget asked for:
+The module under test is the patch set's ``python/sglang/srt/speculative/ddtree_utils.py``, imported
+by file path (``--module FILE``, or ``--tree DIR`` / PATCHKIT_TARGET holding it), twice: as is (on
+CUDA its fused Triton kernels) and with SGLANG_DDTREE_TRITON=0 (its torch path, the oracle). For
+every batch size and budget asked for (default bs 1/16/64 x B 16/64/128/512, bf16 draft logits
+[bs, 15, 151936], 1024-token context):
 
-* the tree builder: the reference best-first heap (written here from the algorithm in the
-  DDTree notes, one Python heap per request, with its blocking device-to-host copies) against the
-  patch set's ``build_ddtree_tree_from_topk``, eager and captured in a CUDA graph; the trees are
-  checked for equality node by node;
-* the whole round overhead: per-depth top-K and log-normaliser from bf16 draft logits
-  ``[bs, 15, V]``, tree build, positions / mask / retrieve tensors and the verify walk, for the
-  reference per-request flow and for the patch set (eager and graph), with a host-sync check;
-* the verify forward of a Qwen3-8B-shaped target over ``bs x (B+1)`` tokens with a 1024-token
-  context: its roofline on an H200 and a measured forward (random bf16 weights, tree mask applied,
-  a few layers timed and scaled to the full depth).
+* the round as the server runs it: ``ddtree_draft_round`` (top-K + log-normaliser, tree, positions,
+  FULL_MASK into a caller-owned buffer at device-computed offsets, retrieve tensors) and
+  ``ddtree_verify_round`` from the target's tokens (the walk), eager (host launches included: CUDA
+  events from an idle device) and replayed as one CUDA graph; the same for the torch path;
+* every output compared bit for bit with the torch path, and with host-built tensors from the
+  reference per-request heap (written here from the algorithm); graph replay compared with eager;
+  a host-sync check (sync debug mode "error") and the kernel launches of one round (profiler);
+* the stages one by one (top-K, tree, verify inputs, walk), eager and as graphs;
+* the tree builder against the reference heap with its per-request device-to-host copies;
+* the verify forward of a Qwen3-8B-shaped target over bs x (B + 1) tokens: its H200 roofline
+  (the goal's yardstick) and, unless --no-verify, a measured forward (random weights, tree mask).
 
-The module under test is loaded by file path from a patched SGLang tree (``--tree DIR`` or the
-environment variable PATCHKIT_TARGET), so nothing of SGLang beyond that one file is imported.
+The goal (issue 14): round overhead < 5% of the roofline verify in every cell, eager and graph.
 
-    python benchmarks/ddtree_hot_path.py --tree PATCHED_TREE --out table.md
-    python benchmarks/ddtree_hot_path.py --tree PATCHED_TREE --device cpu --quick
+    python benchmarks/ddtree_hot_path.py --tree PATCHED_TREE --out table.md --json results.json
+    python benchmarks/ddtree_hot_path.py --module path/to/ddtree_utils.py --device cpu --quick
 """
 
 from __future__ import annotations
@@ -33,10 +37,10 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import numpy as np
 import torch
@@ -44,31 +48,56 @@ import torch.nn.functional as F
 
 MODULE_PATH = Path("python/sglang/srt/speculative/ddtree_utils.py")
 WHEEL_MODULE_PATH = Path("sglang/srt/speculative/ddtree_utils.py")
+TRITON_ENV = "SGLANG_DDTREE_TRITON"
 
 # H200 ceilings named by the issue (datasheet HBM bandwidth, measured dense bf16 matmul rate).
 H200_BYTES_PER_S = 4.8e12
 H200_FLOPS_PER_S = 790e12
 
-# Goals of the issue.
-GOAL_BUILDER_SPEEDUP = 100.0
-GOAL_OVERHEAD_FRACTION = 0.05
-GOAL_CELL = (64, 128)  # (bs, B) where the builder speedup is judged
+# Goals of the issues.
+GOAL_OVERHEAD_FRACTION = 0.05  # issue 14: the round < 5% of the roofline verify, every cell
+GOAL_BUILDER_SPEEDUP = 100.0  # issue 8: the builder >= 100x the reference heap at GOAL_CELL
+GOAL_CELL = (64, 128)
+
+STAGES = ("topk", "build", "inputs", "walk")
 
 
 # --------------------------------------------------------------------------- module under test
 
 
-def load_ddtree_utils(tree: Path) -> ModuleType:
-    """Import ``ddtree_utils.py`` from a patched tree (repo layout or wheel layout) by file path."""
+def find_module(tree: Path | None, module: Path | None) -> Path:
+    """The module file: ``--module`` itself, or ddtree_utils.py inside ``--tree`` (repo or wheel layout)."""
+    if module is not None:
+        if not module.is_file():
+            raise SystemExit(f"{module}: no such file; pass --module PATH/TO/ddtree_utils.py")
+        return module
     for relative in (MODULE_PATH, WHEEL_MODULE_PATH, Path("ddtree_utils.py")):
-        path = tree / relative
-        if path.is_file():
-            spec = importlib.util.spec_from_file_location("ddtree_utils_under_test", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
-            spec.loader.exec_module(module)
-            return module
-    raise SystemExit(f"{tree}: no {MODULE_PATH} in this tree; pass --tree PATCHED_TREE (a tree with the DDTree patch set applied)")
+        if (tree / relative).is_file():
+            return tree / relative
+    raise SystemExit(f"{tree}: no {MODULE_PATH} in this tree; pass --tree PATCHED_TREE or --module FILE")
+
+
+def load_module(path: Path, name: str, triton: bool) -> ModuleType:
+    """Import the module by path under ``name``; ``triton=False`` imports it with the off switch set."""
+    saved = os.environ.get(TRITON_ENV)
+    if triton:
+        os.environ.pop(TRITON_ENV, None)
+    else:
+        os.environ[TRITON_ENV] = "0"
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses resolve their module through sys.modules
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            os.environ.pop(TRITON_ENV, None)
+        else:
+            os.environ[TRITON_ENV] = saved
+    for needed in ("ddtree_draft_round", "ddtree_verify_round", "ddtree_verify_inputs", "ddtree_mask_size"):
+        if not hasattr(module, needed):
+            raise SystemExit(f"{path}: no {needed}(): this benchmark measures the v2 module's fused round")
+    return module
 
 
 # --------------------------------------------------------------------------- timing
@@ -131,6 +160,7 @@ def _synchronize(device: torch.device) -> None:
 def repeats_for(estimate_ms: float, budget_ms: float, lo: int, hi: int) -> int:
     """How many repeats fit a time budget, clamped to [lo, hi]."""
     return int(max(lo, min(hi, budget_ms / max(estimate_ms, 1e-3))))
+
 
 
 # --------------------------------------------------------------------------- draft logits
@@ -278,13 +308,14 @@ def reference_round(logits: torch.Tensor, budget: int, seq_lens: list[int], targ
     host = host_round_tensors(trees, seq_lens, budget + 1)
     verify_inputs = [torch.from_numpy(a).to(device) for a in (host.positions, host.mask, host.retrieve_next_token, host.retrieve_next_sibling)]
     targets = target_tokens.to("cpu").tolist()
-    walks = [reference_walk(tree, row) for tree, row in zip(trees, targets)]
+    walks = [reference_walk(tree, row) for tree, row in zip(trees, targets, strict=True)]
     accept_length = torch.tensor([len(acc) - 1 for acc, _ in walks], device=device)
     bonus = torch.tensor([nxt for _, nxt in walks], device=device)
     return verify_inputs, accept_length, bonus
 
 
-# --------------------------------------------------------------------------- the patch set's round
+
+# --------------------------------------------------------------------------- the round as the server runs it
 
 
 @dataclass
@@ -292,39 +323,91 @@ class RoundInputs:
     """Static inputs of one batched round (kept alive so a captured graph can replay on them)."""
 
     logits: torch.Tensor
-    top_log_probs: torch.Tensor
-    top_token_ids: torch.Tensor
     seq_lens: torch.Tensor
     seq_lens_sum: int
     target_tokens: torch.Tensor
     budget: int
+    mask: torch.Tensor  # the caller-owned FULL_MASK buffer (exactly one round's size here)
+
+    @property
+    def k(self) -> int:
+        return min(self.budget, self.logits.shape[-1])
 
 
-def batched_build(mod: ModuleType, inputs: RoundInputs):
-    return mod.build_ddtree_tree_from_topk(inputs.top_log_probs, inputs.top_token_ids, inputs.budget)
+def server_round(mod: ModuleType, inputs: RoundInputs) -> dict[str, torch.Tensor]:
+    """Draft side then verify side, the v2 server's calls: mask into the graph buffer, no host total."""
+    draft = mod.ddtree_draft_round(inputs.logits, inputs.budget, inputs.seq_lens, mask_out=inputs.mask)
+    accept = mod.ddtree_verify_round(draft.tree, target_tokens=inputs.target_tokens)
+    return round_outputs(draft, accept)
 
 
-def batched_round(mod: ModuleType, inputs: RoundInputs) -> dict[str, torch.Tensor]:
-    """One DDTree round with the patch set: top-K + LSE, tree, positions, mask, retrieve tensors, walk."""
-    k = min(inputs.budget, inputs.logits.shape[-1])
-    top_log_probs, top_token_ids = mod.ddtree_topk_from_logits(inputs.logits, k)
-    tree = mod.build_ddtree_tree_from_topk(top_log_probs, top_token_ids, inputs.budget)
-    return round_after_tree(mod, tree, inputs) | {"top_log_probs": top_log_probs, "top_token_ids": top_token_ids}
-
-
-def round_after_tree(mod: ModuleType, tree, inputs: RoundInputs) -> dict[str, torch.Tensor]:
-    """Everything in the round that follows the tree build."""
-    positions = mod.ddtree_positions(tree, inputs.seq_lens)
-    mask = mod.ddtree_custom_mask(tree, inputs.seq_lens, inputs.seq_lens_sum)
-    retrieve_index, next_token, next_sibling = mod.ddtree_retrieve_tensors(tree)
-    accept_index, accept_length, bonus = mod.ddtree_follow_verified(tree, inputs.target_tokens)
+def round_outputs(draft, accept) -> dict[str, torch.Tensor]:
+    tree, verify = draft.tree, draft.verify
     return {
-        "parents": tree.parents, "node_token_ids": tree.node_token_ids, "depths": tree.depths,
+        "top_log_probs": draft.top_log_probs, "top_token_ids": draft.top_token_ids,
+        "node_token_ids": tree.node_token_ids, "depths": tree.depths, "parents": tree.parents,
         "num_nodes": tree.num_nodes, "visibility": tree.visibility,
-        "positions": positions, "mask": mask, "retrieve_index": retrieve_index,
-        "retrieve_next_token": next_token, "retrieve_next_sibling": next_sibling,
-        "accept_index": accept_index, "accept_length": accept_length, "bonus": bonus,
+        "positions": verify.positions, "mask": verify.custom_mask, "retrieve_index": verify.retrieve_index,
+        "retrieve_next_token": verify.retrieve_next_token, "retrieve_next_sibling": verify.retrieve_next_sibling,
+        "accept_index": accept.accept_index, "accept_length": accept.accept_length, "bonus": accept.bonus_tokens,
     }
+
+
+def stage_calls(mod: ModuleType, inputs: RoundInputs) -> dict[str, Callable[[], object]]:
+    """The round's four stages as separate calls, on fixed inputs of the earlier stages."""
+    top = mod.ddtree_topk_from_logits(inputs.logits, inputs.k)
+    tree = mod.build_ddtree_tree_from_topk(*top, inputs.budget)
+    return {
+        "topk": lambda: mod.ddtree_topk_from_logits(inputs.logits, inputs.k),
+        "build": lambda: mod.build_ddtree_tree_from_topk(*top, inputs.budget),
+        "inputs": lambda: mod.ddtree_verify_inputs(tree, inputs.seq_lens, mask_out=inputs.mask),
+        "walk": lambda: mod.ddtree_verify_round(tree, target_tokens=inputs.target_tokens),
+    }
+
+
+def differences(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the outputs that differ in dtype, shape or any bit (floats compared as bits)."""
+    bad = []
+    for name, want in expected.items():
+        got = actual[name]
+        if got.dtype != want.dtype or got.shape != want.shape:
+            bad.append(f"{name} (dtype/shape)")
+        elif got.is_floating_point():
+            bits = {torch.float32: torch.int32, torch.float64: torch.int64}[got.dtype]
+            same = torch.equal(got.isnan(), want.isnan()) and torch.equal(
+                got.nan_to_num(0.0, float("inf"), float("-inf")).view(bits),
+                want.nan_to_num(0.0, float("inf"), float("-inf")).view(bits))
+            if not same:
+                bad.append(name)
+        elif not torch.equal(got, want):
+            bad.append(name)
+    return bad
+
+
+def reference_mismatches(out: dict[str, torch.Tensor], trees: list[ReferenceTree], seq_lens: list[int],
+                         targets: list[list[int]], budget: int) -> list[str]:
+    """The round's tree, positions, mask, retrieve tensors and walk against host-built ones."""
+    problems = tree_mismatches(_TreeView(out), trees, budget)
+    host = host_round_tensors(trees, seq_lens, budget + 1)
+    expected = {"positions": host.positions, "mask": host.mask, "retrieve_index": host.retrieve_index,
+                "retrieve_next_token": host.retrieve_next_token, "retrieve_next_sibling": host.retrieve_next_sibling}
+    problems += [name for name, value in expected.items() if not np.array_equal(out[name].cpu().numpy(), value)]
+    accept_index = out["accept_index"].cpu().numpy()
+    for b, (tree, row) in enumerate(zip(trees, targets, strict=True)):
+        accepted, bonus = reference_walk(tree, row)
+        got = accept_index[b][accept_index[b] >= 0].tolist()
+        if got != accepted or int(out["accept_length"][b]) != len(accepted) - 1 or int(out["bonus"][b]) != bonus:
+            problems.append(f"walk of request {b}")
+    return problems
+
+
+class _TreeView:
+    def __init__(self, out: dict[str, torch.Tensor]):
+        for name in ("node_token_ids", "depths", "parents", "num_nodes", "visibility"):
+            setattr(self, name, out[name])
+
+
+# --------------------------------------------------------------------------- graphs and checks
 
 
 @dataclass
@@ -372,8 +455,6 @@ def host_sync_check(fn: Callable[[], object], device: torch.device) -> str:
         torch.cuda.synchronize()
 
 
-# --------------------------------------------------------------------------- equality checks
-
 
 def tree_mismatches(batched, trees: list[ReferenceTree], budget: int) -> list[str]:
     """Node-by-node comparison of a DDTreeBatch with the reference trees; empty when identical."""
@@ -396,26 +477,6 @@ def tree_mismatches(batched, trees: list[ReferenceTree], budget: int) -> list[st
     return problems
 
 
-def round_mismatches(out: dict[str, torch.Tensor], trees: list[ReferenceTree], seq_lens: list[int], targets: list[list[int]], budget: int) -> list[str]:
-    """Compare the batched round's positions, mask, retrieve tensors and walk with host-built ones."""
-    host = host_round_tensors(trees, seq_lens, budget + 1)
-    expected = {
-        "positions": host.positions, "mask": host.mask, "retrieve_index": host.retrieve_index,
-        "retrieve_next_token": host.retrieve_next_token, "retrieve_next_sibling": host.retrieve_next_sibling,
-    }
-    problems = [name for name, value in expected.items() if not np.array_equal(out[name].cpu().numpy(), value)]
-    walks = [reference_walk(tree, row) for tree, row in zip(trees, targets)]
-    accept_index = out["accept_index"].cpu().numpy()
-    for b, (accepted, bonus) in enumerate(walks):
-        got = accept_index[b][accept_index[b] >= 0].tolist()
-        if got != accepted or int(out["accept_length"][b]) != len(accepted) - 1 or int(out["bonus"][b]) != bonus:
-            problems.append(f"walk of request {b}")
-    return problems
-
-
-def outputs_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return all(torch.equal(a[key], b[key]) for key in a)
-
 
 def make_target_tokens(trees: list[ReferenceTree], width: int, vocab: int, seed: int) -> list[list[int]]:
     """Target tokens per node that mostly follow a drafted child, so the walk goes several levels deep."""
@@ -428,6 +489,7 @@ def make_target_tokens(trees: list[ReferenceTree], width: int, vocab: int, seed:
                 row[node] = list(children)[int(rng.integers(len(children)))]
         rows.append(row)
     return rows
+
 
 
 # --------------------------------------------------------------------------- verify forward
@@ -572,7 +634,7 @@ def measure_verify(target: RandomTarget, visibility: torch.Tensor, context: int,
 
     def layers() -> torch.Tensor:
         h = x
-        for weights, cache in zip(target.layers, caches):
+        for weights, cache in zip(target.layers, caches, strict=True):
             h = target.layer(weights, h, cache, mask, rope, context, bs, width)
         return h
 
@@ -589,275 +651,6 @@ def measure_verify(target: RandomTarget, visibility: torch.Tensor, context: int,
         del graph_layers, graph_head
     return MeasuredVerify(len(target.layers), layers_t.median_ms, head_t.median_ms, scaled + head_t.median_ms, graph_total)
 
-
-# --------------------------------------------------------------------------- one cell
-
-
-@dataclass
-class CellResult:
-    """Everything measured for one (batch size, budget) cell."""
-
-    bs: int
-    budget: int
-    ref_build_ms: float = math.nan
-    build_eager_ms: float = math.nan
-    build_graph_ms: float = math.nan
-    trees_identical: bool = False
-    tree_problems: list[str] = field(default_factory=list)
-    graph_identical: bool | None = None
-    build_capture_error: str | None = None
-    ref_round_ms: float = math.nan
-    round_eager_ms: float = math.nan
-    round_graph_ms: float = math.nan
-    round_capture_error: str | None = None
-    round_problems: list[str] = field(default_factory=list)
-    stage_ms: dict[str, float] = field(default_factory=dict)
-    host_sync: str = "not checked"
-    topk_max_abs_diff: float = math.nan
-    roofline: dict = field(default_factory=dict)
-    verify: dict = field(default_factory=dict)
-    proto: dict = field(default_factory=dict)  # --triton-proto measurements
-
-
-def run_cell(mod: ModuleType, bs: int, budget: int, args, target: RandomTarget | None, device: torch.device) -> CellResult:
-    """Measure one (bs, B) cell: builder, round, checks and the verify forward."""
-    cell = CellResult(bs, budget)
-    width, vocab = budget + 1, args.vocab
-    seq_lens_list = [args.context] * bs
-    logits = make_draft_logits(bs, args.depth, vocab, device, seed=args.seed + 97 * bs + budget)
-    top_log_probs, top_token_ids = mod.ddtree_topk_from_logits(logits, min(budget, vocab))
-    inputs = RoundInputs(logits, top_log_probs, top_token_ids, torch.tensor(seq_lens_list, device=device), sum(seq_lens_list), None, budget)
-    cell.topk_max_abs_diff = topk_difference(logits, top_log_probs, top_token_ids)
-
-    trees = reference_trees_from_topk(top_log_probs, top_token_ids, budget)
-    targets = make_target_tokens(trees, width, vocab, seed=args.seed + bs)
-    inputs.target_tokens = torch.tensor(targets, device=device, dtype=torch.int64)
-
-    measure_builder(mod, cell, inputs, trees, device, args)
-    measure_round(mod, cell, inputs, trees, targets, seq_lens_list, device, args)
-    if args.triton_proto:
-        cell.proto = measure_proto(mod, cell, inputs, trees, seq_lens_list, device, args)
-    cell.roofline = asdict(verify_roofline(QWEN3_8B, bs, width, args.context)) | {"ms": verify_roofline(QWEN3_8B, bs, width, args.context).ms}
-    if target is not None:
-        visibility = torch.as_tensor(np.stack([t.visibility for t in trees]), device=device)
-        cell.verify = asdict(measure_verify(target, visibility, args.context, device, args.time_budget_ms))
-        del visibility
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return cell
-
-
-def topk_difference(logits: torch.Tensor, top_log_probs: torch.Tensor, top_token_ids: torch.Tensor) -> float:
-    """Largest |log-prob| difference against torch.topk - logsumexp in fp32, and the ids must pick equal logits."""
-    reference = logits.float()
-    values, _ = torch.topk(reference, top_log_probs.shape[-1], dim=-1)
-    expected = values - torch.logsumexp(reference, dim=-1, keepdim=True)
-    picked = reference.gather(-1, top_token_ids) - torch.logsumexp(reference, dim=-1, keepdim=True)
-    return max(float((top_log_probs - expected).abs().max()), float((picked - expected).abs().max()))
-
-
-def measure_builder(mod: ModuleType, cell: CellResult, inputs: RoundInputs, trees: list[ReferenceTree], device: torch.device, args) -> None:
-    """Reference heap (with its per-request copies) vs the batched builder, eager and graph; trees compared."""
-    ref = time_host(lambda: reference_trees_from_topk(inputs.top_log_probs, inputs.top_token_ids, inputs.budget), device, 1, repeats_for(cell.bs * 0.5, args.time_budget_ms, 3, 15))
-    cell.ref_build_ms = ref.median_ms
-    eager_tree = batched_build(mod, inputs)
-    cell.tree_problems = tree_mismatches(eager_tree, trees, inputs.budget)
-    cell.trees_identical = not cell.tree_problems
-    cell.build_eager_ms = time_device(lambda: batched_build(mod, inputs), device, 3, repeats_for(1.0, args.time_budget_ms, 10, 100)).median_ms
-    if device.type != "cuda":
-        cell.build_capture_error = "n/a (cpu)"
-        return
-    captured = capture_graph(lambda: batched_build(mod, inputs))
-    cell.build_capture_error = captured.error
-    if captured.graph is not None:
-        cell.build_graph_ms = time_device(captured.graph.replay, device, 3, repeats_for(0.2, args.time_budget_ms, 20, 200)).median_ms
-        cell.graph_identical = all(torch.equal(getattr(captured.outputs, f), getattr(eager_tree, f)) for f in ("node_token_ids", "depths", "parents", "num_nodes", "visibility"))
-
-
-def measure_round(mod: ModuleType, cell: CellResult, inputs: RoundInputs, trees, targets, seq_lens_list, device: torch.device, args) -> None:
-    """Whole round: reference per-request flow vs the patch set eager and graph; stage split; sync check."""
-    cell.ref_round_ms = time_host(lambda: reference_round(inputs.logits, inputs.budget, seq_lens_list, inputs.target_tokens), device, 1, repeats_for(cell.bs * 1.0, args.time_budget_ms, 3, 10)).median_ms
-    eager = batched_round(mod, inputs)
-    cell.round_problems = round_mismatches(eager, trees, seq_lens_list, targets, inputs.budget)
-    if not torch.equal(eager["parents"], batched_build(mod, inputs).parents):
-        cell.round_problems.append("round tree differs from builder tree")
-    cell.round_eager_ms = time_device(lambda: batched_round(mod, inputs), device, 3, repeats_for(2.0, args.time_budget_ms, 10, 50)).median_ms
-    cell.stage_ms = stage_split(mod, inputs, device, args)
-    if device.type != "cuda":
-        cell.round_capture_error, cell.host_sync = "n/a (cpu)", "n/a (cpu)"
-        return
-    cell.host_sync = host_sync_check(lambda: batched_round(mod, inputs), device)
-    captured = capture_graph(lambda: batched_round(mod, inputs))
-    cell.round_capture_error = captured.error
-    if captured.graph is not None:
-        cell.round_graph_ms = time_device(captured.graph.replay, device, 3, repeats_for(0.5, args.time_budget_ms, 20, 100)).median_ms
-        if not outputs_equal(captured.outputs, eager):
-            cell.round_problems.append("graph replay differs from eager")
-
-
-def stage_split(mod: ModuleType, inputs: RoundInputs, device: torch.device, args) -> dict[str, float]:
-    """Eager time of each stage of the round, to show where the time goes."""
-    k = min(inputs.budget, inputs.logits.shape[-1])
-    tree = batched_build(mod, inputs)
-    repeats = repeats_for(1.0, args.time_budget_ms / 4, 10, 50)
-    stages = {
-        "topk": lambda: mod.ddtree_topk_from_logits(inputs.logits, k),
-        "build": lambda: batched_build(mod, inputs),
-        "pos+mask+retrieve": lambda: (mod.ddtree_positions(tree, inputs.seq_lens), mod.ddtree_custom_mask(tree, inputs.seq_lens, inputs.seq_lens_sum), mod.ddtree_retrieve_tensors(tree)),
-        "walk": lambda: mod.ddtree_follow_verified(tree, inputs.target_tokens),
-    }
-    return {name: time_device(fn, device, 2, repeats).median_ms for name, fn in stages.items()}
-
-
-# --------------------------------------------------------------------------- triton prototype
-
-
-def proto_round(proto: ModuleType, inputs: RoundInputs, max_seq_len: int) -> dict[str, torch.Tensor]:
-    """The round with the prototype's fused kernels: top-K + LSE, heap kernel, verify-inputs kernel, walk kernel."""
-    top_log_probs, top_token_ids = proto.topk_log_probs(inputs.logits, min(inputs.budget, inputs.logits.shape[-1]))
-    tree = proto.build_tree(top_log_probs, top_token_ids, inputs.budget)
-    positions, mask, retrieve_index, next_token, next_sibling = proto.verify_inputs(tree, inputs.seq_lens, inputs.seq_lens_sum, max_seq_len)
-    accept_index, accept_length, bonus = proto.follow_verified(tree, inputs.target_tokens)
-    return {
-        "parents": tree.parents, "node_token_ids": tree.node_token_ids, "depths": tree.depths,
-        "num_nodes": tree.num_nodes, "visibility": tree.visibility, "positions": positions, "mask": mask,
-        "retrieve_index": retrieve_index, "retrieve_next_token": next_token, "retrieve_next_sibling": next_sibling,
-        "accept_index": accept_index, "accept_length": accept_length, "bonus": bonus,
-        "top_log_probs": top_log_probs, "top_token_ids": top_token_ids,
-    }
-
-
-def measure_proto(mod: ModuleType, cell: CellResult, inputs: RoundInputs, trees, seq_lens_list, device: torch.device, args) -> dict:
-    """Time and check the triton prototype: builder against the reference heap, round against host-built tensors."""
-    proto = load_triton_proto()
-    result: dict = {}
-    module_ids = inputs.top_token_ids  # the module's exact top-K ids of these logits
-    tree = proto.build_tree(inputs.top_log_probs, inputs.top_token_ids, inputs.budget)
-    result["tree_problems"] = tree_mismatches(tree, trees, inputs.budget)
-    module_tree = batched_build(mod, inputs)
-    result["equals_module_tree"] = all(torch.equal(getattr(tree, f), getattr(module_tree, f)) for f in ("node_token_ids", "depths", "parents", "num_nodes", "visibility"))
-    build = lambda: proto.build_tree(inputs.top_log_probs, inputs.top_token_ids, inputs.budget)
-    result["build_eager_ms"] = time_device(build, device, 3, repeats_for(0.2, args.time_budget_ms / 2, 10, 100)).median_ms
-    max_seq = max(seq_lens_list)
-    out = proto_round(proto, inputs, max_seq)
-    proto_trees = reference_trees_from_topk(out["top_log_probs"], out["top_token_ids"], inputs.budget)
-    targets = inputs.target_tokens.cpu().tolist()
-    result["round_problems"] = tree_mismatches(_tree_view(out), proto_trees, inputs.budget) + round_mismatches(out, proto_trees, seq_lens_list, targets, inputs.budget)
-    result["topk_ids_equal_module"] = bool(torch.equal(out["top_token_ids"], module_ids))
-    result["topk_lp_max_diff_vs_module"] = float((out["top_log_probs"] - inputs.top_log_probs).abs().max())
-    result["round_eager_ms"] = time_device(lambda: proto_round(proto, inputs, max_seq), device, 3, repeats_for(0.3, args.time_budget_ms / 2, 10, 100)).median_ms
-    result["stage_ms"] = {
-        "topk": time_device(lambda: proto.topk_log_probs(inputs.logits, min(inputs.budget, inputs.logits.shape[-1])), device, 2, 20).median_ms,
-        "build": result["build_eager_ms"],
-        "pos+mask+retrieve": time_device(lambda: proto.verify_inputs(tree, inputs.seq_lens, inputs.seq_lens_sum, max_seq), device, 2, 20).median_ms,
-        "walk": time_device(lambda: proto.follow_verified(tree, inputs.target_tokens), device, 2, 20).median_ms,
-    }
-    if device.type != "cuda":
-        result.update(build_graph_ms=math.nan, round_graph_ms=math.nan, host_sync="n/a (cpu)", capture_error="n/a (cpu)")
-        return result
-    if (cell.bs, cell.budget) in PROTO_SWEEP_CELLS and device.type == "cuda":
-        result["heap_warps_graph_ms"] = heap_warps_sweep(proto, inputs, device, args)
-    if (cell.bs, cell.budget) in TOPK_SWEEP_CELLS and device.type == "cuda":
-        result["topk_config_graph_ms"] = topk_config_sweep(proto, inputs, module_ids, device)
-    captured_build = capture_graph(build)
-    result["build_graph_ms"] = time_device(captured_build.graph.replay, device, 3, repeats_for(0.1, args.time_budget_ms / 2, 20, 200)).median_ms if captured_build.graph else math.nan
-    result["host_sync"] = host_sync_check(lambda: proto_round(proto, inputs, max_seq), device)
-    captured = capture_graph(lambda: proto_round(proto, inputs, max_seq))
-    result["capture_error"] = captured.error or captured_build.error
-    if captured.graph is not None:
-        result["round_graph_ms"] = time_device(captured.graph.replay, device, 3, repeats_for(0.2, args.time_budget_ms / 2, 20, 100)).median_ms
-        if not outputs_equal(captured.outputs, out):
-            result["round_problems"].append("graph replay differs from eager")
-    else:
-        result["round_graph_ms"] = math.nan
-    return result
-
-
-PROTO_SWEEP_CELLS = {(1, 128), (64, 128), (64, 512)}
-TOPK_SWEEP_CELLS = {(1, 128), (64, 16), (64, 128), (64, 512)}
-TOPK_CONFIGS = ((8192, 8), (8192, 16), (4096, 4), (4096, 8), (2048, 4), (2048, 2))
-
-
-def topk_config_sweep(proto: ModuleType, inputs: RoundInputs, module_ids: torch.Tensor, device: torch.device) -> dict[str, str]:
-    """Graph time of the fused top-K per (vocabulary chunk, warps); 'ids!' marks a config that disagrees."""
-    k = min(inputs.budget, inputs.logits.shape[-1])
-    times = {}
-    for chunk, warps in TOPK_CONFIGS:
-        if chunk < k or -(-inputs.logits.shape[-1] // chunk) * (1 << (k - 1).bit_length()) > 16384:
-            continue  # the merge kernel holds every chunk's candidates of a row in registers
-        fn = lambda: proto.topk_log_probs(inputs.logits, k, chunk=chunk, num_warps=warps)
-        same = torch.equal(fn()[1], module_ids)
-        captured = capture_graph(fn)
-        ms = time_device(captured.graph.replay, device, 3, 20).median_ms if captured.graph else math.nan
-        times[f"{chunk}/{warps}w"] = f"{fmt(ms)}" + ("" if same else " ids!")
-    return times
-
-
-def heap_warps_sweep(proto: ModuleType, inputs: RoundInputs, device: torch.device, args) -> dict[int, float]:
-    """Graph time of the heap kernel per warp count: each pop is a chain of block reductions."""
-    times = {}
-    for warps in (1, 2, 4, 8):
-        captured = capture_graph(lambda: proto.build_tree(inputs.top_log_probs, inputs.top_token_ids, inputs.budget, num_warps=warps))
-        times[warps] = time_device(captured.graph.replay, device, 3, 30).median_ms if captured.graph else math.nan
-    return times
-
-
-def _tree_view(out: dict[str, torch.Tensor]):
-    """A round's output dict seen as a tree (for tree_mismatches)."""
-    from types import SimpleNamespace
-
-    return SimpleNamespace(**{f: out[f] for f in ("node_token_ids", "depths", "parents", "num_nodes", "visibility")})
-
-
-def load_triton_proto() -> ModuleType:
-    """Import the triton prototype that sits beside this file."""
-    path = Path(__file__).with_name("ddtree_triton_proto.py")
-    if "ddtree_triton_proto" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("ddtree_triton_proto", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    return sys.modules["ddtree_triton_proto"]
-
-
-def proto_table(cells: list[CellResult]) -> list[str]:
-    lines = [
-        "| bs | B | heap kernel eager (ms) | heap kernel graph (ms) | speedup vs reference (graph) | trees identical to reference | == module tree | round eager (ms) | round graph (ms) | graph % roofline | topk / build / inputs / walk eager (ms) | host sync | round == reference |",
-        "|---:|---:|---:|---:|---:|:---:|:---:|---:|---:|---:|---:|:---:|:---:|",
-    ]
-    for c in cells:
-        p = c.proto
-        if not p:
-            continue
-        st = p["stage_ms"]
-        lines.append(
-            f"| {c.bs} | {c.budget} | {fmt(p['build_eager_ms'])} | {fmt(p['build_graph_ms'])} | {fmt(ratio(c.ref_build_ms, p['build_graph_ms']), 1)}x | "
-            f"{'yes' if not p['tree_problems'] else 'NO'} | {'yes' if p['equals_module_tree'] else 'NO'} | {fmt(p['round_eager_ms'])} | {fmt(p['round_graph_ms'])} | "
-            f"{fmt(100 * ratio(p['round_graph_ms'], c.roofline['ms']), 2)}% | {fmt(st['topk'])} / {fmt(st['build'])} / {fmt(st['pos+mask+retrieve'])} / {fmt(st['walk'])} | "
-            f"{p['host_sync']} | {'yes' if not p['round_problems'] else 'NO'} |"
-        )
-    return lines
-
-
-def proto_goal_lines(cells: list[CellResult]) -> list[str]:
-    measured = [c for c in cells if c.proto]
-    if not measured:
-        return []
-    lines = []
-    goal = next((c for c in measured if (c.bs, c.budget) == GOAL_CELL), None)
-    if goal is not None:
-        r = ratio(goal.ref_build_ms, goal.proto["build_graph_ms"])
-        lines.append(f"- prototype heap kernel vs reference heap at bs={goal.bs}, B={goal.budget} (graph): {fmt(r, 1)}x -> " + ("MET" if r >= GOAL_BUILDER_SPEEDUP else f"MISSED by {GOAL_BUILDER_SPEEDUP / r:.2f}x"))
-    worst = max(measured, key=lambda c: ratio(c.proto["round_graph_ms"], c.roofline["ms"]) if not math.isnan(c.proto["round_graph_ms"]) else -1)
-    frac = ratio(worst.proto["round_graph_ms"], worst.roofline["ms"])
-    missed = [c for c in measured if ratio(c.proto["round_graph_ms"], c.roofline["ms"]) >= GOAL_OVERHEAD_FRACTION]
-    verdict = "not measured" if math.isnan(frac) else "MET" if not missed else f"MISSED in {len(missed)}/{len(measured)} cells ({frac / GOAL_OVERHEAD_FRACTION:.2f}x the goal at worst)"
-    lines.append(f"- prototype round < 5% of the roofline (graph): worst {fmt(100 * frac, 2)}% at bs={worst.bs} B={worst.budget} -> {verdict}")
-    bad = [c for c in measured if c.proto["tree_problems"] or c.proto["round_problems"] or not c.proto["equals_module_tree"] or not c.proto["topk_ids_equal_module"]]
-    lines.append("- prototype trees, top-K ids and round outputs identical (reference heap, module builder and top-K, host-built tensors): " + ("MET" if not bad else "MISSED: " + "; ".join(f"bs={c.bs} B={c.budget}: {(c.proto['tree_problems'] + c.proto['round_problems'])[:3]}" for c in bad)))
-    syncs = [c for c in measured if c.proto["host_sync"] not in ("none", "n/a (cpu)") or (c.proto["capture_error"] and not c.proto["capture_error"].startswith("n/a"))]
-    lines.append("- prototype round free of host syncs and capturable: " + ("MET" if not syncs else "MISSED: " + "; ".join(f"bs={c.bs} B={c.budget}: {c.proto['host_sync']} / {c.proto['capture_error']}" for c in syncs[:3])))
-    return lines
 
 
 # --------------------------------------------------------------------------- launch profile
@@ -896,6 +689,186 @@ def _event_device_us(event) -> float:
     return float(getattr(event, "device_time_total", 0.0) or 0.0)
 
 
+# --------------------------------------------------------------------------- one cell
+
+
+@dataclass
+class CellResult:
+    """Everything measured for one (batch size, budget) cell; times in ms."""
+
+    bs: int
+    budget: int
+    ref_build_ms: float = math.nan
+    build_eager_ms: float = math.nan
+    build_graph_ms: float = math.nan
+    torch_build_graph_ms: float = math.nan
+    trees_identical: bool = False
+    tree_problems: list[str] = field(default_factory=list)
+    ref_round_ms: float = math.nan
+    round_eager_ms: float = math.nan
+    round_graph_ms: float = math.nan
+    torch_round_eager_ms: float = math.nan
+    torch_round_graph_ms: float = math.nan
+    equals_torch_path: list[str] = field(default_factory=list)  # differing outputs (empty: identical)
+    equals_reference: list[str] = field(default_factory=list)
+    graph_equals_eager: list[str] = field(default_factory=list)
+    capture_error: str | None = None
+    host_sync: str = "not checked"
+    stage_eager_ms: dict[str, float] = field(default_factory=dict)
+    stage_graph_ms: dict[str, float] = field(default_factory=dict)
+    roofline: dict = field(default_factory=dict)
+    verify: dict = field(default_factory=dict)
+    sweeps: dict = field(default_factory=dict)
+    host_enqueue_ms: float = math.nan  # host time to issue one eager round (no wait for the device)
+    kernels: dict = field(default_factory=dict)  # profiler: the kernels of one fused round
+
+
+PROFILE_CELLS = {(1, 16), (1, 128), (1, 512), (16, 16), (64, 16), (64, 128), (64, 512)}
+
+
+def host_enqueue(fn: Callable[[], object], device: torch.device, repeat: int = 20) -> float:
+    """Median host time to issue ``fn`` (the device is idle before each call and is not waited for)."""
+    samples = []
+    for _ in range(repeat):
+        _synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    _synchronize(device)
+    return statistics.median(samples)
+
+
+def make_inputs(mod: ModuleType, bs: int, budget: int, args, device, targets=None) -> RoundInputs:
+    """A cell's round inputs: drafter-like logits, a full context per request, the mask buffer."""
+    logits = make_draft_logits(bs, args.depth, args.vocab, device, seed=args.seed + 97 * bs + budget)
+    total = args.context * bs
+    target = torch.zeros(bs, budget + 1, dtype=torch.int64) if targets is None else torch.tensor(targets)
+    return RoundInputs(
+        logits, torch.full((bs,), args.context, device=device), total, target.to(device),
+        budget, torch.zeros(mod.ddtree_mask_size(total, bs, budget + 1), dtype=torch.bool, device=device))
+
+
+def run_cell(fused: ModuleType, oracle: ModuleType, bs: int, budget: int, args, target, device) -> CellResult:
+    cell = CellResult(bs, budget)
+    width, vocab = budget + 1, args.vocab
+    seq_lens_list = [args.context] * bs
+    inputs = make_inputs(fused, bs, budget, args, device)
+    logits = inputs.logits
+    top = fused.ddtree_topk_from_logits(logits, min(budget, vocab))
+    trees = reference_trees_from_topk(*top, budget)
+    targets = make_target_tokens(trees, width, vocab, seed=args.seed + bs)
+    inputs.target_tokens = torch.tensor(targets, device=device)
+    oracle_inputs = RoundInputs(**{**vars(inputs), "mask": torch.zeros_like(inputs.mask)})
+
+    # Correctness first: the fused round against the torch path and the reference heap.
+    out = server_round(fused, inputs)
+    expected = server_round(oracle, oracle_inputs)
+    cell.equals_torch_path = differences(out, expected)
+    cell.equals_reference = reference_mismatches(out, trees, seq_lens_list, targets, budget)
+    cell.tree_problems = tree_mismatches(_TreeView(out), trees, budget)
+    cell.trees_identical = not cell.tree_problems
+
+    budget_ms = args.time_budget_ms
+    if not args.no_reference:
+        cell.ref_build_ms = time_host(lambda: reference_trees_from_topk(*top, budget), device, 1,
+                                      repeats_for(bs * 0.5, budget_ms, 3, 15)).median_ms
+        cell.ref_round_ms = time_host(lambda: reference_round(logits, budget, seq_lens_list, inputs.target_tokens),
+                                      device, 1, repeats_for(bs * 1.0, budget_ms, 3, 10)).median_ms
+    cell.round_eager_ms = time_device(lambda: server_round(fused, inputs), device, 3,
+                                      repeats_for(0.3, budget_ms, 20, 200)).median_ms
+    cell.torch_round_eager_ms = time_device(lambda: server_round(oracle, oracle_inputs), device, 2,
+                                            repeats_for(10.0, budget_ms, 5, 30)).median_ms
+    stages = stage_calls(fused, inputs)
+    for name, fn in stages.items():
+        cell.stage_eager_ms[name] = time_device(fn, device, 3, repeats_for(0.1, budget_ms / 4, 20, 200)).median_ms
+    cell.build_eager_ms = cell.stage_eager_ms["build"]
+    if device.type != "cuda":
+        cell.capture_error, cell.host_sync = "n/a (cpu)", "n/a (cpu)"
+    else:
+        cell.host_enqueue_ms = host_enqueue(lambda: server_round(fused, inputs), device)
+        if (bs, budget) in PROFILE_CELLS and not args.no_profile:
+            cell.kernels = kernel_profile(lambda: server_round(fused, inputs), device, top=12)
+        cell.host_sync = host_sync_check(lambda: server_round(fused, inputs), device)
+        captured = capture_graph(lambda: server_round(fused, inputs))
+        cell.capture_error = captured.error
+        if captured.graph is not None:
+            cell.round_graph_ms = time_device(captured.graph.replay, device, 3, repeats_for(0.1, budget_ms, 30, 300)).median_ms
+            cell.graph_equals_eager = differences(captured.outputs, out)
+        del captured
+        oracle_graph = capture_graph(lambda: server_round(oracle, oracle_inputs))
+        if oracle_graph.graph is not None:
+            cell.torch_round_graph_ms = time_device(oracle_graph.graph.replay, device, 2, repeats_for(5.0, budget_ms, 5, 50)).median_ms
+        del oracle_graph
+        for name, fn in stages.items():
+            graph = capture_graph(fn)
+            cell.stage_graph_ms[name] = time_device(graph.graph.replay, device, 3, repeats_for(0.05, budget_ms / 4, 30, 300)).median_ms if graph.graph else math.nan
+            del graph
+        cell.build_graph_ms = cell.stage_graph_ms["build"]
+        oracle_build = capture_graph(lambda: oracle.build_ddtree_tree_from_topk(*top, budget))
+        if oracle_build.graph is not None:
+            cell.torch_build_graph_ms = time_device(oracle_build.graph.replay, device, 2, repeats_for(2.0, budget_ms, 5, 50)).median_ms
+        del oracle_build
+        if args.sweep and (bs, budget) in SWEEP_CELLS:
+            cell.sweeps = sweep(fused, inputs, out, device)
+    roof = verify_roofline(QWEN3_8B, bs, width, args.context)
+    cell.roofline = asdict(roof) | {"ms": roof.ms}
+    if target is not None:
+        visibility = torch.as_tensor(np.stack([t.visibility for t in trees]), device=device)
+        cell.verify = asdict(measure_verify(target, visibility, args.context, device, budget_ms))
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return cell
+
+
+# --------------------------------------------------------------------------- tunable sweeps
+
+
+SWEEP_CELLS = {(1, 128), (1, 512), (16, 16), (64, 16), (64, 512)}
+TOPK_CONFIGS = ((512, 4), (256, 4), (1024, 4), (512, 8), (1024, 8))  # (tile, warps)
+HEAP_WARPS = (1, 2, 4, 8)
+
+
+@contextlib.contextmanager
+def patched(module: ModuleType, **values):
+    saved = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
+
+
+def sweep(mod: ModuleType, inputs: RoundInputs, out: dict[str, torch.Tensor], device) -> dict:
+    """Graph times of the top-K per (tile, warps) and of the heap kernel per warp count.
+
+    Each configuration's outputs are checked against the default's ('!' marks a difference).
+    """
+    result: dict = {"topk": {}, "heap": {}}
+
+    def topk():
+        return mod.ddtree_topk_from_logits(inputs.logits, inputs.k)
+
+    def build():
+        return mod.build_ddtree_tree_from_topk(out["top_log_probs"], out["top_token_ids"], inputs.budget)
+
+    for tile, warps in TOPK_CONFIGS:
+        with patched(mod, _TOPK_TILE=tile, _TOPK_WARPS=warps):
+            same = all(torch.equal(a, out[b]) for a, b in zip(topk(), ("top_log_probs", "top_token_ids"), strict=True))
+            result["topk"][f"{tile}/{warps}w"] = graph_ms(topk, device) + ("" if same else " !")
+    for warps in HEAP_WARPS:
+        with patched(mod, _heap_warps=lambda block, w=warps: w):
+            same = torch.equal(build().parents, out["parents"])
+            result["heap"][f"{warps}w"] = graph_ms(build, device) + ("" if same else " !")
+    return result
+
+
+def graph_ms(fn: Callable[[], object], device) -> str:
+    graph = capture_graph(fn)
+    return fmt(time_device(graph.graph.replay, device, 3, 30).median_ms) if graph.graph else "capture failed"
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -909,122 +882,153 @@ def ratio(a: float, b: float) -> float:
     return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
 
 
-def builder_table(cells: list[CellResult]) -> list[str]:
-    lines = [
-        "| bs | B | reference heap + D2H (ms) | batched eager (ms) | batched graph (ms) | speedup eager | speedup graph | trees identical | graph == eager |",
-        "|---:|---:|---:|---:|---:|---:|---:|:---:|:---:|",
-    ]
-    for c in cells:
-        lines.append(
-            f"| {c.bs} | {c.budget} | {fmt(c.ref_build_ms)} | {fmt(c.build_eager_ms)} | {fmt(c.build_graph_ms)} | "
-            f"{fmt(ratio(c.ref_build_ms, c.build_eager_ms), 1)}x | {fmt(ratio(c.ref_build_ms, c.build_graph_ms), 1)}x | "
-            f"{'yes' if c.trees_identical else 'NO'} | {_yes_no(c.graph_identical, c.build_capture_error)} |"
-        )
-    return lines
+def pct(a: float, roof: float) -> str:
+    r = ratio(a, roof)
+    return "-" if math.isnan(r) else f"{100 * r:.2f}%"
 
 
-def _yes_no(flag: bool | None, error: str | None) -> str:
-    if flag is None:
-        return "n/a" if error and error.startswith("n/a") else ("capture failed" if error else "-")
-    return "yes" if flag else "NO"
+def _ok(problems: list[str]) -> str:
+    return "yes" if not problems else "NO: " + ", ".join(problems[:4])
 
 
 def round_table(cells: list[CellResult]) -> list[str]:
     lines = [
-        "| bs | B | verify tokens | roofline verify (ms) | measured verify eager / graph (ms) | reference round (ms) | ref % roofline | round eager (ms) | eager % roofline | round graph (ms) | graph % roofline | host sync | round == reference |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|:---:|",
+        "| bs | B | roofline verify (ms) | round graph (ms) | graph % roofline | round eager (ms) | eager % roofline | "
+        "torch path graph / eager (ms) | reference round (ms) | measured verify eager / graph (ms) | host sync | == torch path | == reference | graph == eager |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|:---:|:---:|:---:|",
     ]
     for c in cells:
         roof = c.roofline["ms"]
         lines.append(
-            f"| {c.bs} | {c.budget} | {c.roofline['tokens']} | {fmt(roof)} | {fmt(c.verify.get('total_ms', math.nan), 2)} / {fmt(c.verify.get('total_graph_ms', math.nan), 2)} | "
-            f"{fmt(c.ref_round_ms, 2)} | {fmt(100 * ratio(c.ref_round_ms, roof), 1)}% | {fmt(c.round_eager_ms)} | "
-            f"{fmt(100 * ratio(c.round_eager_ms, roof), 1)}% | {fmt(c.round_graph_ms)} | {fmt(100 * ratio(c.round_graph_ms, roof), 1)}% | "
-            f"{'none' if c.host_sync == 'none' else c.host_sync} | {'yes' if not c.round_problems else 'NO'} |"
+            f"| {c.bs} | {c.budget} | {fmt(roof)} | {fmt(c.round_graph_ms)} | {pct(c.round_graph_ms, roof)} | "
+            f"{fmt(c.round_eager_ms)} | {pct(c.round_eager_ms, roof)} | {fmt(c.torch_round_graph_ms)} / {fmt(c.torch_round_eager_ms)} | "
+            f"{fmt(c.ref_round_ms, 2)} | {fmt(c.verify.get('total_ms', math.nan), 2)} / {fmt(c.verify.get('total_graph_ms', math.nan), 2)} | "
+            f"{c.host_sync if c.host_sync != 'none' else 'none'} | {_ok(c.equals_torch_path)} | {_ok(c.equals_reference)} | "
+            f"{_ok(c.graph_equals_eager) if not c.capture_error else ('n/a' if c.capture_error.startswith('n/a') else 'capture failed')} |"
         )
     return lines
 
 
 def stage_table(cells: list[CellResult]) -> list[str]:
-    names = list(cells[0].stage_ms) if cells else []
-    lines = ["| bs | B | " + " | ".join(f"{n} (ms)" for n in names) + " | roofline weight / FLOP / KV (ms) |", "|---:|---:|" + "---:|" * (len(names) + 1)]
+    head = " | ".join(f"{s} eager / graph (ms)" for s in STAGES)
+    lines = [f"| bs | B | {head} | sum of graphs % roofline | host issue of an eager round (ms) | roofline weight / FLOP / KV (ms) |",
+             "|---:|---:|" + "---:|" * (len(STAGES) + 3)]
     for c in cells:
         r = c.roofline
-        lines.append(f"| {c.bs} | {c.budget} | " + " | ".join(fmt(c.stage_ms[n]) for n in names) + f" | {fmt(r['weight_ms'], 2)} / {fmt(r['flop_ms'], 2)} / {fmt(r['kv_ms'], 2)} |")
+        cols = " | ".join(f"{fmt(c.stage_eager_ms.get(s, math.nan))} / {fmt(c.stage_graph_ms.get(s, math.nan))}" for s in STAGES)
+        graph_sum = sum(c.stage_graph_ms.get(s, math.nan) for s in STAGES)
+        lines.append(f"| {c.bs} | {c.budget} | {cols} | {pct(graph_sum, r['ms'])} | {fmt(c.host_enqueue_ms)} | "
+                     f"{fmt(r['weight_ms'], 2)} / {fmt(r['flop_ms'], 2)} / {fmt(r['kv_ms'], 2)} |")
+    return lines
+
+
+def kernel_lines(cells: list[CellResult]) -> list[str]:
+    """Per profiled cell: the kernels of one fused round with their device time."""
+    lines = []
+    for c in cells:
+        prof = c.kernels
+        if not prof:
+            continue
+        if "error" in prof:
+            lines.append(f"- bs={c.bs} B={c.budget}: {prof['error']}")
+            continue
+        lines.append(f"- bs={c.bs} B={c.budget}: {prof['kernels']} kernels, {prof['device_us']:.0f} us on the device "
+                     f"(graph round {1e3 * c.round_graph_ms:.0f} us): "
+                     + "; ".join(f"{name} x{n} {us:.1f} us" for name, n, us in prof["top"]))
+    return lines
+
+
+def builder_table(cells: list[CellResult]) -> list[str]:
+    lines = [
+        "| bs | B | reference heap + D2H (ms) | fused eager (ms) | fused graph (ms) | torch path graph (ms) | speedup vs reference (graph) | trees identical to reference |",
+        "|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for c in cells:
+        lines.append(
+            f"| {c.bs} | {c.budget} | {fmt(c.ref_build_ms)} | {fmt(c.build_eager_ms)} | {fmt(c.build_graph_ms)} | "
+            f"{fmt(c.torch_build_graph_ms)} | {fmt(ratio(c.ref_build_ms, c.build_graph_ms), 1)}x | {'yes' if c.trees_identical else 'NO'} |"
+        )
     return lines
 
 
 def goal_lines(cells: list[CellResult], device: torch.device) -> list[str]:
-    """One line per goal: met, or missed and by how much."""
+    """One line per goal: MET, or MISSED with the cells and by how much."""
     lines = []
-    goal = next((c for c in cells if (c.bs, c.budget) == GOAL_CELL), None)
-    if goal is None:
-        lines.append(f"- builder speedup at bs={GOAL_CELL[0]}, B={GOAL_CELL[1]}: cell not measured in this run")
-    else:
-        for label, ms in (("graph", goal.build_graph_ms), ("eager", goal.build_eager_ms)):
-            r = ratio(goal.ref_build_ms, ms)
-            verdict = "MET" if r >= GOAL_BUILDER_SPEEDUP else f"MISSED by {GOAL_BUILDER_SPEEDUP / r:.2f}x (needs {goal.ref_build_ms / GOAL_BUILDER_SPEEDUP:.3f} ms)" if not math.isnan(r) else "not measured"
-            lines.append(f"- builder >= {GOAL_BUILDER_SPEEDUP:.0f}x the reference heap at bs={goal.bs}, B={goal.budget} ({label}): {fmt(r, 1)}x -> {verdict}")
-    identical = all(c.trees_identical for c in cells)
-    lines.append(f"- trees identical to the reference heap in every cell: {'MET' if identical else 'MISSED: ' + '; '.join(f'bs={c.bs} B={c.budget}: {c.tree_problems[:3]}' for c in cells if not c.tree_problems == [])}")
     for label, attr in (("graph", "round_graph_ms"), ("eager", "round_eager_ms")):
-        worst = max(cells, key=lambda c: ratio(getattr(c, attr), c.roofline["ms"]) if not math.isnan(getattr(c, attr)) else -1)
-        frac = ratio(getattr(worst, attr), worst.roofline["ms"])
-        missed = [c for c in cells if ratio(getattr(c, attr), c.roofline["ms"]) >= GOAL_OVERHEAD_FRACTION]
-        verdict = "MET" if not missed and not math.isnan(frac) else ("not measured" if math.isnan(frac) else f"MISSED in {len(missed)}/{len(cells)} cells; worst bs={worst.bs} B={worst.budget} at {100 * frac:.1f}% ({frac / GOAL_OVERHEAD_FRACTION:.2f}x the goal)")
-        lines.append(f"- round overhead < {100 * GOAL_OVERHEAD_FRACTION:.0f}% of the roofline verify ({label}): worst {fmt(100 * frac, 2)}% -> {verdict}")
-    syncs = [c for c in cells if c.host_sync != "none"]
-    captures = [c for c in cells if c.round_capture_error]
-    if device.type != "cuda":
-        lines.append("- no host sync inside the round: not checkable on cpu")
-    else:
-        verdict = "MET" if not syncs and not captures else "MISSED: " + "; ".join(f"bs={c.bs} B={c.budget}: {c.host_sync} / capture {c.round_capture_error}" for c in (syncs + captures)[:3])
-        lines.append(f"- no host sync inside the round (sync debug mode 'error' + whole-round graph capture): {verdict}")
-    lines.append(f"- round outputs (mask, positions, retrieve, walk) equal host-built ones from the reference trees: {'MET' if all(not c.round_problems for c in cells) else 'MISSED: ' + '; '.join(f'bs={c.bs} B={c.budget}: {c.round_problems[:3]}' for c in cells if c.round_problems)}")
+        fractions = [(ratio(getattr(c, attr), c.roofline["ms"]), c) for c in cells]
+        measured = [(f, c) for f, c in fractions if not math.isnan(f)]
+        if not measured:
+            lines.append(f"- round overhead < {100 * GOAL_OVERHEAD_FRACTION:.0f}% of the roofline verify ({label}): not measured")
+            continue
+        worst, wc = max(measured, key=lambda fc: fc[0])
+        missed = [c for f, c in measured if f >= GOAL_OVERHEAD_FRACTION]
+        verdict = "MET" if not missed and len(measured) == len(cells) else (
+            f"MISSED in {len(missed)}/{len(cells)} cells: " + ", ".join(
+                f"bs={c.bs} B={c.budget} {100 * ratio(getattr(c, attr), c.roofline['ms']):.1f}%" for c in missed))
+        lines.append(f"- round overhead < {100 * GOAL_OVERHEAD_FRACTION:.0f}% of the roofline verify in every cell ({label}): "
+                     f"worst {100 * worst:.2f}% at bs={wc.bs} B={wc.budget} -> {verdict}")
+    bad = [c for c in cells if c.equals_torch_path or c.equals_reference or c.graph_equals_eager]
+    lines.append("- fused round bit-identical to the torch path and to host-built reference tensors, graph == eager: "
+                 + ("MET" if not bad else "MISSED: " + "; ".join(
+                     f"bs={c.bs} B={c.budget}: torch {c.equals_torch_path[:3]} ref {c.equals_reference[:3]} graph {c.graph_equals_eager[:3]}" for c in bad)))
+    if device.type == "cuda":
+        syncs = [c for c in cells if c.host_sync != "none" or c.capture_error]
+        lines.append("- no host sync in the round (sync debug mode 'error') and whole-round graph capture: "
+                     + ("MET" if not syncs else "MISSED: " + "; ".join(f"bs={c.bs} B={c.budget}: {c.host_sync} / {c.capture_error}" for c in syncs[:4])))
+    goal = next((c for c in cells if (c.bs, c.budget) == GOAL_CELL), None)
+    if goal is not None and not math.isnan(goal.ref_build_ms):
+        r = ratio(goal.ref_build_ms, goal.build_graph_ms)
+        lines.append(f"- builder >= {GOAL_BUILDER_SPEEDUP:.0f}x the reference heap at bs={goal.bs}, B={goal.budget} (graph): "
+                     f"{fmt(r, 1)}x -> " + ("MET" if r >= GOAL_BUILDER_SPEEDUP else "MISSED" if not math.isnan(r) else "not measured"))
     return lines
 
 
-def environment_lines(device: torch.device, args, mod_path: str) -> list[str]:
+def environment_lines(device: torch.device, args, mod_path: Path, fused: ModuleType) -> list[str]:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    triton_version = getattr(getattr(fused, "triton", None), "__version__", "missing")
     return [
-        f"- device: {gpu}; torch {torch.__version__}; python {platform.python_version()}; numpy {np.__version__}",
-        f"- module under test: `{mod_path}`",
+        f"- device: {gpu}; torch {torch.__version__}; triton {triton_version}; python {platform.python_version()}",
+        f"- module under test: `{mod_path}` (fused kernels: {'on' if fused._DDTREE_TRITON_ENABLED and fused.triton is not None else 'OFF'}; oracle: the same file with {TRITON_ENV}=0)",
         f"- draft logits bf16 [bs, {args.depth}, {args.vocab}]; context {args.context} tokens; K = min(B, V); seed {args.seed}",
+        "- round = ddtree_draft_round(logits, B, seq_lens, mask_out=buffer) + ddtree_verify_round(tree, target_tokens=...)",
         f"- roofline: Qwen3-8B shape, weights {QWEN3_8B.weight_bytes() / 1e9:.2f} GB bf16 / {H200_BYTES_PER_S / 1e12:.1f} TB/s vs FLOPs / {H200_FLOPS_PER_S / 1e12:.0f} TFLOP/s (max of the two; KV read shown apart)",
-        f"- measured verify: {args.verify_layers} of {args.target_shape.layers} layers with random bf16 weights, timed and scaled x{args.target_shape.layers / max(args.verify_layers, 1):.0f}, plus the lm_head over all tokens; eager PyTorch, SDPA with the additive tree mask"
-        + ("" if args.target_shape == QWEN3_8B else f" (shrunk shape {args.target_shape} for this dev run)"),
-        "- times: medians of repeats after warm-up; CUDA events for device work, wall clock (idle to idle) for flows that block on the host",
+        "- times: medians of repeats after warm-up; CUDA events from an idle device (eager includes the host's launches); wall clock for the reference flows",
     ]
 
 
-def render_report(cells: list[CellResult], device: torch.device, args, mod_path: str, profiles: dict) -> str:
-    out = ["# DDTree hot path", "", *environment_lines(device, args, mod_path), "", "## Tree builder: reference heap vs batched", "", *builder_table(cells), ""]
-    out += ["## Round overhead vs the verify forward", "", *round_table(cells), "", "## Stages of the batched round (eager) and the roofline terms", "", *stage_table(cells), ""]
-    out += ["## Goals", "", *goal_lines(cells, device), *proto_goal_lines(cells), ""]
-    if any(c.proto for c in cells):
-        out[out.index("## Goals"):out.index("## Goals")] = ["## Triton prototype (benchmarks/ddtree_triton_proto.py, --triton-proto)", "", *proto_table(cells), ""]
-    sweeps = [c for c in cells if c.proto.get("heap_warps_graph_ms")]
+def render_report(cells: list[CellResult], device, args, mod_path: Path, fused: ModuleType, profiles: dict) -> str:
+    out = ["# DDTree hot path", "", *environment_lines(device, args, mod_path, fused), "",
+           "## Goals", "", *goal_lines(cells, device), "",
+           "## Round overhead vs the verify forward", "", *round_table(cells), "",
+           "## Stages of the fused round", "", *stage_table(cells), "",
+           "## Tree builder vs the reference heap", "", *builder_table(cells), ""]
+    kernels = kernel_lines(cells)
+    if kernels:
+        out += ["## Kernels of one fused round (torch profiler, device time)", "", *kernels, ""]
+    sweeps = [c for c in cells if c.sweeps]
     if sweeps:
-        out += ["## Prototype heap kernel: graph time (ms) by warps per request", ""]
-        out += [f"- bs={c.bs} B={c.budget}: " + ", ".join(f"{w} warps {fmt(ms)}" for w, ms in c.proto["heap_warps_graph_ms"].items()) for c in sweeps]
-        out.append("")
-    topk_sweeps = [c for c in cells if c.proto.get("topk_config_graph_ms")]
-    if topk_sweeps:
-        out += ["## Prototype fused top-K: graph time (ms) by vocabulary chunk / warps", ""]
-        out += [f"- bs={c.bs} B={c.budget}: " + ", ".join(f"{cfg} {ms}" for cfg, ms in c.proto["topk_config_graph_ms"].items()) for c in topk_sweeps]
+        out += ["## Tunables (graph ms; '!' = outputs differ from the default)", ""]
+        out += [f"- bs={c.bs} B={c.budget}: top-K tile/warps " + ", ".join(f"{k} {v}" for k, v in c.sweeps["topk"].items())
+                + "; heap warps " + ", ".join(f"{k} {v}" for k, v in c.sweeps["heap"].items()) for c in sweeps]
         out.append("")
     if profiles:
-        out += ["## Kernel launches (one call, torch profiler)", ""]
+        out += ["## Kernel launches of one round (torch profiler)", ""]
         for label, prof in profiles.items():
             if "error" in prof:
                 out.append(f"- {label}: {prof['error']}")
                 continue
-            out.append(f"- {label}: {prof['kernels']} device activities, {prof['device_us']:.0f} us of device time; costliest: " + "; ".join(f"{name} x{n} = {us:.0f} us" for name, n, us in prof["top"]))
+            out.append(f"- {label}: {prof['kernels']} kernels, {prof['device_us']:.0f} us of device time; "
+                       + "; ".join(f"{name} x{n} = {us:.0f} us" for name, n, us in prof["top"]))
         out.append("")
-    failures = [c for c in cells if c.build_capture_error and not c.build_capture_error.startswith("n/a") or c.round_capture_error and not c.round_capture_error.startswith("n/a")]
-    for c in failures:
-        out.append(f"- graph capture failed at bs={c.bs} B={c.budget}: builder: {c.build_capture_error}; round: {c.round_capture_error}")
     return "\n".join(out) + "\n"
+
+
+def cell_summary(c: CellResult) -> str:
+    roof = c.roofline.get("ms", math.nan)
+    stages = " ".join(f"{s}={fmt(c.stage_eager_ms.get(s, math.nan))}/{fmt(c.stage_graph_ms.get(s, math.nan))}" for s in STAGES)
+    return (f"round graph {fmt(c.round_graph_ms)} ({pct(c.round_graph_ms, roof)}) eager {fmt(c.round_eager_ms)} "
+            f"({pct(c.round_eager_ms, roof)}) torch {fmt(c.torch_round_graph_ms)}/{fmt(c.torch_round_eager_ms)} | {stages} | "
+            f"torch==: {_ok(c.equals_torch_path)} ref==: {_ok(c.equals_reference)} sync: {c.host_sync}")
 
 
 # --------------------------------------------------------------------------- main
@@ -1032,7 +1036,9 @@ def render_report(cells: list[CellResult], device: torch.device, args, mod_path:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tree", type=Path, default=os.environ.get("PATCHKIT_TARGET"), help="patched SGLang tree holding python/sglang/srt/speculative/ddtree_utils.py (default: $PATCHKIT_TARGET)")
+    parser.add_argument("--tree", type=Path, default=os.environ.get("PATCHKIT_TARGET"),
+                        help="tree holding python/sglang/srt/speculative/ddtree_utils.py (default: $PATCHKIT_TARGET)")
+    parser.add_argument("--module", type=Path, default=None, help="the module file itself (instead of --tree)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="small sizes for a development run (CPU)")
     parser.add_argument("--batches", type=int, nargs="+", default=None)
@@ -1040,26 +1046,74 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vocab", type=int, default=None)
     parser.add_argument("--depth", type=int, default=15, help="drafted depths L = block_size - 1")
     parser.add_argument("--context", type=int, default=None)
-    parser.add_argument("--verify-layers", type=int, default=None, help="decoder layers timed for the measured verify (scaled to 36)")
-    parser.add_argument("--no-verify", action="store_true", help="skip the measured verify forward")
+    parser.add_argument("--verify-layers", type=int, default=None, help="decoder layers timed for the measured verify")
+    parser.add_argument("--no-verify", action="store_true", help="skip the measured verify forward (the roofline stays)")
+    parser.add_argument("--no-reference", action="store_true", help="skip timing the per-request reference flows")
     parser.add_argument("--no-profile", action="store_true", help="skip the kernel-launch profile")
+    parser.add_argument("--sweep", action="store_true", help="also time the kernels' tunables at a few cells")
     parser.add_argument("--time-budget-ms", type=float, default=None, help="rough time budget per measurement")
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--triton-proto", action="store_true", help="also measure the fused triton prototype (ddtree_triton_proto.py)")
     parser.add_argument("--out", type=Path, default=None, help="write the markdown report here")
     parser.add_argument("--json", type=Path, default=None, help="write raw numbers here")
+    parser.add_argument("--warm-only", action="store_true", help="only compile the run's kernel variants, in --jobs processes")
+    parser.add_argument("--jobs", type=int, default=4, help="processes for --warm-only")
     args = parser.parse_args(argv)
-    if args.tree is None:
-        parser.error("--tree is required (or set PATCHKIT_TARGET)")
+    if args.tree is None and args.module is None:
+        parser.error("pass --tree DIR or --module FILE (or set PATCHKIT_TARGET)")
     quick = args.quick
     args.batches = args.batches or ([1, 4] if quick else [1, 16, 64])
     args.budgets = args.budgets or ([16, 64] if quick else [16, 64, 128, 512])
     args.vocab = args.vocab or (4096 if quick else 151936)
     args.context = args.context or (64 if quick else 1024)
     args.verify_layers = args.verify_layers or (1 if quick else 2)
-    args.time_budget_ms = args.time_budget_ms or (100.0 if quick else 400.0)
+    args.time_budget_ms = args.time_budget_ms or (100.0 if quick else 300.0)
     args.target_shape = TINY_TARGET if quick else QWEN3_8B
     return args
+
+
+def profile_round(fused: ModuleType, oracle: ModuleType, args, device: torch.device) -> dict:
+    """Kernel launches of one fused round and one torch-path round at the goal cell (or the largest)."""
+    bs = GOAL_CELL[0] if GOAL_CELL[0] in args.batches else args.batches[-1]
+    budget = GOAL_CELL[1] if GOAL_CELL[1] in args.budgets else args.budgets[-1]
+    inputs = make_inputs(fused, bs, budget, args, device)
+    return {
+        f"fused round bs={bs} B={budget}": kernel_profile(lambda: server_round(fused, inputs), device),
+        f"torch-path round bs={bs} B={budget}": kernel_profile(lambda: server_round(oracle, inputs), device),
+    }
+
+
+def warm_cell(task: tuple) -> str:
+    """In a worker process: every fused call of one cell once, so Triton compiles (and caches) its variants."""
+    mod_path, bs, budget, args = task
+    device = torch.device(args.device)
+    mod = load_module(Path(mod_path), "ddtree_utils_warm", triton=True)
+    t0 = time.perf_counter()
+    inputs = make_inputs(mod, bs, budget, args, device)
+    out = server_round(mod, inputs)
+    for fn in stage_calls(mod, inputs).values():
+        fn()
+    if args.sweep and (bs, budget) in SWEEP_CELLS:
+        for tile, warps in TOPK_CONFIGS:
+            with patched(mod, _TOPK_TILE=tile, _TOPK_WARPS=warps):
+                mod.ddtree_topk_from_logits(inputs.logits, inputs.k)
+        for warps in HEAP_WARPS:
+            with patched(mod, _heap_warps=lambda block, w=warps: w):
+                mod.build_ddtree_tree_from_topk(out["top_log_probs"], out["top_token_ids"], budget)
+    torch.cuda.synchronize(device) if device.type == "cuda" else None
+    return f"warm bs={bs} B={budget}: {time.perf_counter() - t0:.1f}s"
+
+
+def warm_all(mod_path: Path, args) -> int:
+    """Compile every kernel variant of the run in ``--jobs`` processes (Triton's cache is shared on disk)."""
+    import multiprocessing
+
+    tasks = [(str(mod_path), bs, budget, args) for bs in args.batches for budget in args.budgets]
+    t0 = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(max(1, args.jobs)) as pool:
+        for line in pool.imap_unordered(warm_cell, tasks):
+            print(line, flush=True)
+    print(f"warm-up of {len(tasks)} cells in {time.perf_counter() - t0:.1f}s", flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1067,46 +1121,33 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
-    mod = load_ddtree_utils(Path(args.tree))
+    mod_path = find_module(args.tree, args.module)
+    if args.warm_only:
+        return warm_all(mod_path, args)
+    fused = load_module(mod_path, "ddtree_utils_fused", triton=True)
+    oracle = load_module(mod_path, "ddtree_utils_torch_path", triton=False)
     target = None
     if not args.no_verify:
         target = RandomTarget(args.target_shape, args.verify_layers, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    cells = []
+    cells: list[CellResult] = []
     for bs in args.batches:
         for budget in args.budgets:
             t0 = time.perf_counter()
-            cell = run_cell(mod, bs, budget, args, target, device)
+            cell = run_cell(fused, oracle, bs, budget, args, target, device)
             cells.append(cell)
             if args.out:  # partial report after every cell, in case the run is cut short
-                args.out.write_text(render_report(cells, device, args, str(Path(args.tree) / MODULE_PATH), {}))
-            print(f"[cell bs={bs} B={budget}] {time.perf_counter() - t0:.1f}s ref={fmt(cell.ref_build_ms)} eager={fmt(cell.build_eager_ms)} graph={fmt(cell.build_graph_ms)} round={fmt(cell.round_eager_ms)}/{fmt(cell.round_graph_ms)} identical={cell.trees_identical} sync={cell.host_sync}", flush=True)
-    profiles = {} if args.no_profile else profile_goal_cell(mod, args, device)
-    report = render_report(cells, device, args, str(Path(args.tree) / MODULE_PATH), profiles)
+                args.out.write_text(render_report(cells, device, args, mod_path, fused, {}))
+            if args.json:
+                args.json.write_text(json.dumps([asdict(c) for c in cells], indent=1, default=str))
+            print(f"[cell bs={bs} B={budget}] {time.perf_counter() - t0:.1f}s {cell_summary(cell)}", flush=True)
+    profiles = {} if args.no_profile else profile_round(fused, oracle, args, device)
+    report = render_report(cells, device, args, mod_path, fused, profiles)
     print(report)
     if args.out:
         args.out.write_text(report)
     if args.json:
         args.json.write_text(json.dumps([asdict(c) for c in cells], indent=1, default=str))
     return 0
-
-
-def profile_goal_cell(mod: ModuleType, args, device: torch.device) -> dict:
-    """Kernel counts of the builder and of the whole round at the largest measured cell near the goal cell."""
-    bs = GOAL_CELL[0] if GOAL_CELL[0] in args.batches else args.batches[-1]
-    budget = GOAL_CELL[1] if GOAL_CELL[1] in args.budgets else args.budgets[-1]
-    logits = make_draft_logits(bs, args.depth, args.vocab, device, seed=args.seed)
-    top_log_probs, top_token_ids = mod.ddtree_topk_from_logits(logits, min(budget, args.vocab))
-    seq_lens = torch.full((bs,), args.context, device=device)
-    targets = torch.zeros(bs, budget + 1, dtype=torch.int64, device=device)
-    inputs = RoundInputs(logits, top_log_probs, top_token_ids, seq_lens, args.context * bs, targets, budget)
-    profiles = {
-        f"builder bs={bs} B={budget}": kernel_profile(lambda: batched_build(mod, inputs), device),
-        f"round bs={bs} B={budget}": kernel_profile(lambda: batched_round(mod, inputs), device),
-    }
-    if args.triton_proto:
-        proto = load_triton_proto()
-        profiles[f"prototype round bs={bs} B={budget}"] = kernel_profile(lambda: proto_round(proto, inputs, args.context), device)
-    return profiles
 
 
 if __name__ == "__main__":

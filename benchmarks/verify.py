@@ -173,7 +173,7 @@ def time_type_checkers(ctx: VerifyContext, python: str) -> list[dict[str, Any]]:
 def catch_table(set_dir: Path, target: Path, python: str, edits: list[Any], benign: bool = False) -> list[dict[str, Any]]:
     """For each edit: which gates, pyright and mypy report an error the clean tree does not have, and
     whether a gate names the edited file (and line). The edit is realised in a scratch clone."""
-    from corpus.seeding import realise, seeded
+    from tests.verify.corpus.seeding import realise, seeded
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-catch-") as tmp:
@@ -209,7 +209,7 @@ def seeded_edits() -> list[Any]:
 
 
 def corpus_edits(table: str) -> list[Any]:
-    from corpus.seeding import load_edits
+    from tests.verify.corpus.seeding import load_edits
 
     name = "defects.toml" if table == "defect" else "benign.toml"
     return list(load_edits(REPO / "tests" / "verify" / "corpus" / name, table))

@@ -173,7 +173,7 @@ def _build_cases(spec: dict[str, Any], rel: str) -> tuple[list[dict[str, Any]], 
 
 def _probe_payload(ctx: VerifyContext, request: dict[str, Any], stub_folder: Path | None) -> dict[str, Any]:
     """The probe's rows for ``request``, from the dependency cache when nothing it imported changed."""
-    source_root = ctx.manifest.get("verify", {}).get("source_root", "python")
+    source_root = ctx.manifest.verify.get("source_root", "python")
     key = hashlib.sha256(json.dumps(
         [CACHE_VERSION, request, _probe_interpreter(ctx, NAME), PROBE.read_text(), TRACING.read_text(),
          _folder_digest(stub_folder), python_names(ctx.root, source_root)], sort_keys=True).encode()).hexdigest()
@@ -331,14 +331,13 @@ def _request(ctx: VerifyContext, spec: dict[str, Any], cases: list[dict[str, Any
     flag_case = by_name.get(cli.get("case", "")) if cli.get("case") else None
     keys = ("name", "probes_on", "flashinfer", "target", "draft", "args")
     return {
-        "tree_python": str(ctx.root / ctx.manifest.get("verify", {}).get("source_root", "python")),
+        "tree_python": str(ctx.root / ctx.manifest.verify.get("source_root", "python")),
         "stub_paths": stub_paths,
         "module": spec.get("module", "sglang.srt.server_args"),
         "probes": spec.get("probes", list(DEFAULT_PROBES)),
         "cases": [{k: c[k] for k in keys} for c in cases],
         "cli_entry": cli.get("entry", "prepare_server_args") if cli.get("enabled", True) else None,
-        "flag_family": cli.get("family") or ctx.gate_config("xref").get("family") or ctx.manifest.get(
-            "verify", {}).get("xref", {}).get("family", "ddtree"),
+        "flag_family": cli.get("family") or ctx.gate_config("xref").get("family") or "ddtree",
         "flag_samples": {k: v for k, v in cli.get("flags", {}).items()},
         "flag_case": {k: flag_case[k] for k in keys} if flag_case else None,
         "touched": [str((ctx.root / r).resolve()) for r in ctx.touched if r.endswith(".py")],
@@ -406,26 +405,30 @@ def run(ctx: VerifyContext) -> list[Finding]:
     rel = evaluation.rel
     findings = envs.stubs(ctx, NAME)[1]  # each stub in use is reported, an undeclared one refused
     if evaluation.coverage is not None:
-        findings.append(Finding(NAME, Severity.INFO, rel, None, evaluation.coverage.describe()))
+        findings.append(Finding(gate=NAME, severity=Severity.INFO, file=rel, line=None,
+                                message=evaluation.coverage.describe()))
     if not evaluation.cli_entry:
-        findings.append(Finding(NAME, Severity.INFO, rel, None, "cases resolved through ServerArgs(**kwargs) only: "
+        findings.append(Finding(gate=NAME, severity=Severity.INFO, file=rel, line=None,
+                                message="cases resolved through ServerArgs(**kwargs) only: "
                                 "the module has no command-line entry ([cli] entry)"))
     traced: dict[tuple[str, int | None], list[str]] = {}
     for result in evaluation.results:
-        findings.append(Finding(NAME, Severity.INFO, rel, result.line, format_row(result)))
+        findings.append(Finding(gate=NAME, severity=Severity.INFO, file=rel, line=result.line,
+                                message=format_row(result)))
         for problem in result.problems:
-            findings.append(Finding(NAME, Severity.ERROR, rel, result.line, f"case {result.name}: {problem}",
-                                    "fix the tree's DDTREE resolution or the declared expectation"))
+            findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=result.line,
+                                    message=f"case {result.name}: {problem}",
+                                    hint="fix the tree's DDTREE resolution or the declared expectation"))
         if result.traced and result.problems:
             traced.setdefault(result.traced, []).append(f"{result.name}: {result.problems[0]}")
     for (file, line), failures in traced.items():
         more = f" (and {len(failures) - 1} more case(s))" if len(failures) > 1 else ""
-        findings.append(Finding(NAME, Severity.ERROR, file, line,
-                                f"backend case failure traces back to this added line: {failures[0]}{more}",
-                                f"see the case rows of {rel}"))
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
+                                message=f"backend case failure traces back to this added line: {failures[0]}{more}",
+                                hint=f"see the case rows of {rel}"))
     for file, line, message in evaluation.flag_problems:
-        findings.append(Finding(NAME, Severity.ERROR, file, line, message,
-                                "make the flag store into its ServerArgs field with the field's default"))
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line, message=message,
+                                hint="make the flag store into its ServerArgs field with the field's default"))
     return findings
 
 
@@ -532,8 +535,8 @@ def _example_tree(topk_line: str) -> dict[str, str]:
 
 
 EXAMPLES = (
-    Example("tree topk keeps fa3 on its mask path", _example_tree("self.speculative_eagle_topk = 4"),
+    Example(name="tree topk keeps fa3 on its mask path", files=_example_tree("self.speculative_eagle_topk = 4"),
             passes=True, config={"interpreter": "current"}),
-    Example("fa3 with topk 1 ignores the tree mask", _example_tree("self.speculative_eagle_topk = 1"),
+    Example(name="fa3 with topk 1 ignores the tree mask", files=_example_tree("self.speculative_eagle_topk = 1"),
             passes=False, expect="ignores the tree mask", config={"interpreter": "current"}),
 )

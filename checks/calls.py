@@ -124,7 +124,8 @@ def _probe(ctx: VerifyContext, request: dict[str, Any], rel: str) -> dict[str, A
 def run(ctx: VerifyContext) -> list[Finding]:
     loaded = load_calls(ctx)
     if loaded is None:
-        return [Finding(NAME, Severity.INFO, "", None, f"no {DEFAULT_EXPECTATIONS} in the set: no calls declared")]
+        return [Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
+                        message=f"no {DEFAULT_EXPECTATIONS} in the set: no calls declared")]
     spec, rel, lines = loaded
     stub_folder, findings = envs.stubs(ctx, NAME)
     added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")])
@@ -133,16 +134,17 @@ def run(ctx: VerifyContext) -> list[Finding]:
     if "rows" not in payload:
         where = payload.get("raised_at")
         file, line = (tree_relative(ctx, where[0]), where[1]) if where else (rel, None)
-        findings.append(Finding(NAME, Severity.ERROR, file or rel, line,
-                                f"the modules of {rel} do not import: "
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file or rel, line=line,
+                                message=f"the modules of {rel} do not import: "
                                 f"{str(payload.get('import_error', '')).strip()[-600:]}",
-                                "the imports gate names the failing import; fix it first"))
+                                hint="the imports gate names the failing import; fix it first"))
         return findings
     calls = spec.get("call", [])
     for n, row in enumerate(payload["rows"]):
         call_line = lines[n] if n < len(lines) else None
         if not row["problems"]:
-            findings.append(Finding(NAME, Severity.INFO, rel, call_line, f"call ok: {row['name']}"))
+            findings.append(Finding(gate=NAME, severity=Severity.INFO, file=rel, line=call_line,
+                                    message=f"call ok: {row['name']}"))
             continue
         call = calls[n] if n < len(calls) else {}
         tokens = tokens_of(*row["problems"], call.get("raises") or "")
@@ -150,8 +152,10 @@ def run(ctx: VerifyContext) -> list[Finding]:
         file, line = traced if traced else (rel, call_line)
         where = f" (declared at {rel}:{call_line})" if traced else ""
         for problem in row["problems"]:
-            findings.append(Finding(NAME, Severity.ERROR, file, line, f"call {row['name']!r}: {problem}{where}",
-                                    "fix the tree's code on this path (or the declared call, if the contract changed)"))
+            findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
+                                    message=f"call {row['name']!r}: {problem}{where}",
+                                    hint="fix the tree's code on this path "
+                                    "(or the declared call, if the contract changed)"))
     return findings
 
 
@@ -216,15 +220,15 @@ def _example_tree(runner: str) -> dict[str, str]:
 
 
 EXAMPLES = (
-    Example("capture, replay and request gate behave", _example_tree(_RUNNER), passes=True,
+    Example(name="capture, replay and request gate behave", files=_example_tree(_RUNNER), passes=True,
             expect="call ok: capture carries the mask", config={"interpreter": "current"}),
-    Example("capture without the tree mask", _example_tree(_RUNNER.replace(
+    Example(name="capture without the tree mask", files=_example_tree(_RUNNER.replace(
         "Input(custom_mask=self.buffers.custom_mask,", "Input(custom_mask=None,")),
         passes=False, expect="`result.custom_mask is self.buffers.custom_mask` is false", config=_CURRENT),
-    Example("replay guard checks the wrong mode",
-            _example_tree(_RUNNER.replace('batch.mode == "verify"', 'batch.mode == "decode"')),
+    Example(name="replay guard checks the wrong mode",
+            files=_example_tree(_RUNNER.replace('batch.mode == "verify"', 'batch.mode == "decode"')),
             passes=False, expect="expected an error containing 'requires the tree custom_mask'", config=_CURRENT),
-    Example("request gate only warns", _example_tree(_RUNNER.replace(
+    Example(name="request gate only warns", files=_example_tree(_RUNNER.replace(
         'return f"{algorithm} does not support return_logprob"',
         'print(f"{algorithm} does not support return_logprob")')),
         passes=False, expect="`result is not None and 'DDTREE' in result` is false", config={"interpreter": "current"}),

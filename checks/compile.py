@@ -47,7 +47,7 @@ with open(sys.argv[1], "w") as handle:
 
 
 def target_versions(ctx: VerifyContext) -> list[str]:
-    versions = ctx.gate_config(NAME).get("python") or ctx.manifest.get("set", {}).get("python") or [RUNNING]
+    versions = ctx.gate_config(NAME).get("python") or list(ctx.manifest.set.python) or [RUNNING]
     if not isinstance(versions, list) or not all(re.fullmatch(r"3\.\d+", str(v)) for v in versions):
         raise BadInput(f"Python versions must be a list like [\"3.10\", \"3.11\"], not {versions!r}",
                        hint="fix [set] python (or [verify.compile] python)", location=location("manifest.toml"))
@@ -74,9 +74,9 @@ def compile_with(interpreter: str, paths: list[Path]) -> dict[str, list[Any] | N
 
 
 def missing_interpreter(version: str, count: int) -> Finding:
-    return Finding(NAME, Severity.WARNING, "manifest.toml", None,
-                   f"Python {version} is not installed here: {count} touched file(s) were NOT compiled for it",
-                   f"install it (apt-get install python{version}, pyenv install {version}, or uv python install "
+    return Finding(gate=NAME, severity=Severity.WARNING, file="manifest.toml", line=None,
+                   message=f"Python {version} is not installed here: {count} touched file(s) were NOT compiled for it",
+                   hint=f"install it (apt-get install python{version}, pyenv install {version}, or uv python install "
                    f"{version}) and put python{version} on PATH, or set PATCHKIT_PYTHON_{version.replace('.', '_')}")
 
 
@@ -115,19 +115,19 @@ def run(ctx: VerifyContext) -> list[Finding]:
             continue
         for rel, error in sorted(outcomes.items()):
             if error is not None:
-                findings.append(Finding(NAME, Severity.ERROR, rel, error[0],
-                                        f"does not compile on Python {version}: {error[1]}"))
+                findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=error[0],
+                                        message=f"does not compile on Python {version}: {error[1]}"))
     return findings
 
 
 EXAMPLES = (
-    Example("valid module", {"python/pkg/ok.py": "def f(x):\n    return x + 1\n"}, passes=True),
-    Example("untouched files are not compiled", {"@base/python/pkg/old.py": "def broken(:\n",
+    Example(name="valid module", files={"python/pkg/ok.py": "def f(x):\n    return x + 1\n"}, passes=True),
+    Example(name="untouched files are not compiled", files={"@base/python/pkg/old.py": "def broken(:\n",
                                                  "python/pkg/new.py": "X = 1\n"}, passes=True),
-    Example("syntax error", {"python/pkg/bad.py": "def f(x):\n    if x\n        return 1\n"}, passes=False,
+    Example(name="syntax error", files={"python/pkg/bad.py": "def f(x):\n    if x\n        return 1\n"}, passes=False,
             expect="does not compile on Python"),
-    Example("malformed version list is refused", {"python/pkg/ok.py": "X = 1\n"}, passes=False,
+    Example(name="malformed version list is refused", files={"python/pkg/ok.py": "X = 1\n"}, passes=False,
             expect="Python versions must be a list", config={"python": "3.11"}),
-    Example("missing interpreter is a warning, not a skip", {"python/pkg/ok.py": "X = 1\n"}, passes=False,
+    Example(name="missing interpreter is a warning, not a skip", files={"python/pkg/ok.py": "X = 1\n"}, passes=False,
             expect="Python 3.99 is not installed", config={"python": ["3.99"]}),
 )

@@ -176,7 +176,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
     decl_path = declarations_path(ctx)
     decl_rel = str(decl_path.relative_to(ctx.set_dir)) if decl_path.is_relative_to(ctx.set_dir) else str(decl_path)
     declarations, problems = load_declarations(decl_path)
-    findings = [Finding(NAME, Severity.ERROR, decl_rel, None, p, "fix the declaration") for p in problems]
+    findings = [Finding(gate=NAME, severity=Severity.ERROR, file=decl_rel, line=None, message=p,
+                        hint="fix the declaration") for p in problems]
     all_facts = _dispatch_facts(ctx)
     sites = collect_sites(ctx, all_facts)
     by_key = {d.key: d for d in declarations}
@@ -195,18 +196,18 @@ def run(ctx: VerifyContext) -> list[Finding]:
             findings.append(_undeclared(site, decl_rel, before))
         elif declared.treatment == "handled" and not _covered(site, covers):
             findings.append(
-                Finding(NAME, Severity.ERROR, site.file, site.line,
-                        f"site declared handled does not mention DDTREE or a covering helper "
+                Finding(gate=NAME, severity=Severity.ERROR, file=site.file, line=site.line,
+                        message=f"site declared handled does not mention DDTREE or a covering helper "
                         f"({', '.join(covers)}): {_describe(site)}",
-                        "handle DDTREE in this branch, or declare the site rejected/not_applicable with a reason")
+                        hint="handle DDTREE in this branch, or declare the site rejected/not_applicable with a reason")
             )
     for d in stale:
         if d.key not in replaced:
             findings.append(
-                Finding(NAME, Severity.ERROR, decl_rel, d.line,
-                        f"declared dispatch site no longer exists: {d.file} {d.scope}: `{d.expr}`"
+                Finding(gate=NAME, severity=Severity.ERROR, file=decl_rel, line=d.line,
+                        message=f"declared dispatch site no longer exists: {d.file} {d.scope}: `{d.expr}`"
                         + (f" (occurrence {d.occurrence})" if d.occurrence else ""),
-                        "the branch moved or changed: review it and update or remove the declaration")
+                        hint="the branch moved or changed: review it and update or remove the declaration")
             )
     return findings
 
@@ -215,12 +216,13 @@ def _undeclared(site: Site, decl_rel: str, before: Declaration | None = None) ->
     hint = (f"review how DDTREE is treated here and declare it in {decl_rel} "
             "(`patchkit dispatch-sites` adds skeleton entries)")
     if before is None:
-        return Finding(NAME, Severity.ERROR, site.file, site.line, f"undeclared dispatch site in {_describe(site)}",
-                       hint)
+        return Finding(gate=NAME, severity=Severity.ERROR, file=site.file, line=site.line,
+                       message=f"undeclared dispatch site in {_describe(site)}",
+                       hint=hint)
     return Finding(
-        NAME, Severity.ERROR, site.file, changed_line(site, before.expr),
-        f"undeclared dispatch site in {_describe(site)}: it replaces the declared `{before.expr}` "
-        f"({before.treatment}: {before.reason})", hint)
+        gate=NAME, severity=Severity.ERROR, file=site.file, line=changed_line(site, before.expr),
+        message=f"undeclared dispatch site in {_describe(site)}: it replaces the declared `{before.expr}` "
+        f"({before.treatment}: {before.reason})", hint=hint)
 
 
 def _compact(text: str) -> str:
@@ -257,9 +259,9 @@ def _listed_twice(site: Site, before: Declaration | None) -> list[Finding]:
         offset = (edited or 0) - (site.line or 0)
         if edited is not None and 0 <= offset < len(lines) and _compact(code) in _compact(lines[offset]):
             line = edited
-        out.append(Finding(NAME, Severity.ERROR, site.file, line,
-                           f"`{code}` is listed twice in the dispatch site {site.scope}: `{site.expr}`",
-                           "a member is probably missing where the copy is: list each member once"))
+        out.append(Finding(gate=NAME, severity=Severity.ERROR, file=site.file, line=line,
+                           message=f"`{code}` is listed twice in the dispatch site {site.scope}: `{site.expr}`",
+                           hint="a member is probably missing where the copy is: list each member once"))
     return out
 
 
@@ -307,22 +309,23 @@ def family_findings(ctx: VerifyContext, all_facts: list[dict[str, Any]]) -> list
     enum = settings_from_manifest(ctx.manifest).enum_name
     found = _enum_definition(all_facts, enum)
     if found is None:
-        return [Finding(NAME, Severity.ERROR, "manifest.toml", None,
-                        f"[verify.dispatch] families is set, but no indexed file defines the enum {enum} with helpers",
-                        "check [verify.dispatch] enum")]
+        return [Finding(gate=NAME, severity=Severity.ERROR, file="manifest.toml", line=None,
+                        message=f"[verify.dispatch] families is set, but no indexed file defines the enum {enum} "
+                        "with helpers",
+                        hint="check [verify.dispatch] enum")]
     enum_facts, enum_qual, members = found
     predicates = {p["name"]: p for p in enum_facts["predicates"].values() if p["class"] == enum_qual}
     findings = []
     for helper, declared in families.items():
         unknown = sorted(set(declared) - set(members))
         if unknown:
-            findings.append(Finding(NAME, Severity.ERROR, "manifest.toml", None,
-                                    f"[verify.dispatch] families: {helper} lists {', '.join(unknown)}, "
-                                    f"which {enum} does not define", f"members of {enum}: {', '.join(members)}"))
+            findings.append(Finding(gate=NAME, severity=Severity.ERROR, file="manifest.toml", line=None,
+                                    message=f"[verify.dispatch] families: {helper} lists {', '.join(unknown)}, "
+                                    f"which {enum} does not define", hint=f"members of {enum}: {', '.join(members)}"))
         if helper not in predicates:
-            findings.append(Finding(NAME, Severity.ERROR, enum_facts["path"], None,
-                                    f"{enum} does not define the family helper {helper}()",
-                                    "define it, or remove it from [verify.dispatch] families"))
+            findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=enum_facts["path"], line=None,
+                                    message=f"{enum} does not define the family helper {helper}()",
+                                    hint="define it, or remove it from [verify.dispatch] families"))
     for facts in all_facts:
         for definition in facts["predicates"].values():
             wanted = families.get(definition["name"])
@@ -331,10 +334,12 @@ def family_findings(ctx: VerifyContext, all_facts: list[dict[str, Any]]) -> list
             truth = {m: _evaluate(definition["expr"], m, predicates) for m in members}
             owner = definition["class"] or "<module>"
             if None in truth.values():
-                findings.append(Finding(NAME, Severity.WARNING, facts["path"], definition["line"],
-                                        f"{owner}.{definition['name']}() cannot be evaluated statically per member: "
+                findings.append(Finding(gate=NAME, severity=Severity.WARNING, file=facts["path"],
+                                        line=definition["line"],
+                                        message=f"{owner}.{definition['name']}() cannot be evaluated statically "
+                                        "per member: "
                                         f"`{definition['expr'][-1]}`",
-                                        "write it as `self in (...)`, `self == X` or in terms of other helpers"))
+                                        hint="write it as `self in (...)`, `self == X` or in terms of other helpers"))
                 continue
             true_for = [m for m in members if truth[m]]
             if set(true_for) != set(wanted):
@@ -342,10 +347,11 @@ def family_findings(ctx: VerifyContext, all_facts: list[dict[str, Any]]) -> list
                 what = "; ".join(filter(None, [f"misses {', '.join(missing)}" if missing else "",
                                                 f"also covers {', '.join(extra)}" if extra else ""]))
                 findings.append(Finding(
-                    NAME, Severity.ERROR, facts["path"], definition["line"],
-                    f"family helper {owner}.{definition['name']}() is true for {', '.join(true_for) or 'no member'}, "
+                    gate=NAME, severity=Severity.ERROR, file=facts["path"], line=definition["line"],
+                    message=f"family helper {owner}.{definition['name']}() is true for "
+                    f"{', '.join(true_for) or 'no member'}, "
                     f"but [verify.dispatch] families declares {', '.join(wanted)} ({what})",
-                    "every site relying on this helper inherits the difference: fix the definition "
+                    hint="every site relying on this helper inherits the difference: fix the definition "
                     "(or the declaration, if the family really changed)"))
     return findings
 
@@ -353,8 +359,9 @@ def family_findings(ctx: VerifyContext, all_facts: list[dict[str, Any]]) -> list
 def _duplicate_findings(declarations: list[Declaration], decl_rel: str) -> list[Finding]:
     counts = Counter(d.key for d in declarations)
     return [
-        Finding(NAME, Severity.ERROR, decl_rel, d.line, f"site declared more than once: {d.scope}: `{d.expr}`",
-                "keep one declaration")
+        Finding(gate=NAME, severity=Severity.ERROR, file=decl_rel, line=d.line,
+                message=f"site declared more than once: {d.scope}: `{d.expr}`",
+                hint="keep one declaration")
         for d in declarations if counts[d.key] > 1 and d.line != min(x.line for x in declarations if x.key == d.key)
     ]
 
@@ -456,10 +463,11 @@ reason = "DDTREE returned earlier"
 '''
 
 EXAMPLES = (
-    Example("every site declared", {_SPEC: _SPEC_SRC, "@set/expectations/dispatch.toml": _DECL}, passes=True),
+    Example(name="every site declared", files={_SPEC: _SPEC_SRC, "@set/expectations/dispatch.toml": _DECL},
+            passes=True),
     Example(
-        "new site after a rebase is undeclared",
-        {_SPEC: _SPEC_SRC.replace('            return "chain"\n',
+        name="new site after a rebase is undeclared",
+        files={_SPEC: _SPEC_SRC.replace('            return "chain"\n',
                                   '            return "chain"\n        if self == SpeculativeAlgorithm.DFLASH:\n'
                                   '            return 1\n'),
          "@set/expectations/dispatch.toml": _DECL},
@@ -467,16 +475,16 @@ EXAMPLES = (
         expect="undeclared dispatch site",
     ),
     Example(
-        "handled site lost its DDTREE branch",
-        {_SPEC: _SPEC_SRC.replace("if self.is_ddtree():", "if self.is_dflash() and False:"),
+        name="handled site lost its DDTREE branch",
+        files={_SPEC: _SPEC_SRC.replace("if self.is_ddtree():", "if self.is_dflash() and False:"),
          "@set/expectations/dispatch.toml": _DECL.replace('expr = "self.is_ddtree()"',
                                                       'expr = "self.is_dflash()and False"')},
         passes=False,
         expect="does not mention DDTREE",
     ),
     Example(
-        "declared site no longer exists",
-        {_SPEC: _SPEC_SRC.replace('        if self.is_ddtree():\n            return "tree"\n', ""),
+        name="declared site no longer exists",
+        files={_SPEC: _SPEC_SRC.replace('        if self.is_ddtree():\n            return "tree"\n', ""),
          "@set/expectations/dispatch.toml": _DECL},
         passes=False,
         expect="no longer exists",

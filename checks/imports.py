@@ -22,7 +22,7 @@ from typing import Any
 from patchkit import proc
 from patchkit.errors import BadInput, location
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file, tree_identity
+from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file
 from patchkit.verify.envs import stubs, verify_interpreter
 
 NAME = "imports"
@@ -86,11 +86,12 @@ def touched_modules(ctx: VerifyContext, source_root: str) -> dict[str, str]:
 
 def static_only_rows(declared: dict[str, str], modules: dict[str, str]) -> list[Finding]:
     """Info rows for declared static-only modules, warnings for declarations that no longer apply."""
-    rows = [Finding(NAME, Severity.INFO, modules[m], None, f"{m}: covered statically, not imported: {reason}")
+    rows = [Finding(gate=NAME, severity=Severity.INFO, file=modules[m], line=None,
+                    message=f"{m}: covered statically, not imported: {reason}")
             for m, reason in sorted(declared.items()) if m in modules]
-    rows += [Finding(NAME, Severity.WARNING, "manifest.toml", None,
-                     f"[verify.imports] static_only declares {m}, which the series does not touch",
-                     "remove the stale declaration") for m in sorted(declared) if m not in modules]
+    rows += [Finding(gate=NAME, severity=Severity.WARNING, file="manifest.toml", line=None,
+                     message=f"[verify.imports] static_only declares {m}, which the series does not touch",
+                     hint="remove the stale declaration") for m in sorted(declared) if m not in modules]
     return rows
 
 
@@ -122,7 +123,8 @@ def failure(module: str, rel: str, outcome: dict[str, Any], ctx: VerifyContext) 
     error = outcome.get("error", "")
     hint = ("if it cannot import on CPU, declare it under [verify.imports] static_only with the reason; "
             "if a package is missing, pin it in [verify.env] packages") if "No module named" in error else None
-    return Finding(NAME, Severity.ERROR, file, line, f"import {module} failed: {error}", hint)
+    return Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
+                   message=f"import {module} failed: {error}", hint=hint)
 
 
 def findings_from(harness: dict[str, Any], modules: dict[str, str], ctx: VerifyContext) -> list[Finding]:
@@ -136,8 +138,8 @@ def findings_from(harness: dict[str, Any], modules: dict[str, str], ctx: VerifyC
             findings.append(failure(module, rel, outcome, ctx))
             continue
         died = "while importing it" if outcome else "before reaching it"
-        findings.append(Finding(NAME, Severity.ERROR, rel, None,
-                                f"import {module}: the import process died {died} "
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=None,
+                                message=f"import {module}: the import process died {died} "
                                 f"(exit {process['returncode']}): {process['tail'][-500:]}"))
     return findings
 
@@ -156,9 +158,9 @@ def run(ctx: VerifyContext) -> list[Finding]:
         return rows
     interpreter = verify_interpreter(ctx)
     stub_dir, stub_rows = stubs(ctx, NAME)
-    rows.append(Finding(NAME, Severity.INFO, "manifest.toml", None,
-                        f"{len(to_import)} module(s) imported: {interpreter.note}"))
-    key = key_of(NAME, interpreter.spec_key, tree_identity(ctx.root), sorted(to_import),
+    rows.append(Finding(gate=NAME, severity=Severity.INFO, file="manifest.toml", line=None,
+                        message=f"{len(to_import)} module(s) imported: {interpreter.note}"))
+    key = key_of(NAME, interpreter.spec_key, ctx.base_commit, sorted(to_import),
                  {rel: sha256_file(ctx.root / rel) for rel in ctx.touched},
                  hash_files(stub_dir.rglob("*.py")) if stub_dir else None)
     cache = ResultCache(ctx.cache_dir, NAME)
@@ -172,30 +174,30 @@ def run(ctx: VerifyContext) -> list[Finding]:
 
 
 EXAMPLES = (
-    Example("modules import", {"python/pkg/__init__.py": "", "python/pkg/mod.py": "import os\nX = os.sep\n"},
+    Example(name="modules import", files={"python/pkg/__init__.py": "", "python/pkg/mod.py": "import os\nX = os.sep\n"},
             passes=True, expect="module(s) imported"),
-    Example("a new module may import an untouched base module",
-            {"@base/python/pkg/__init__.py": "", "@base/python/pkg/base.py": "Y = 2\n",
+    Example(name="a new module may import an untouched base module",
+            files={"@base/python/pkg/__init__.py": "", "@base/python/pkg/base.py": "Y = 2\n",
              "python/pkg/new.py": "from pkg.base import Y\nZ = Y + 1\n"}, passes=True),
-    Example("runtime error at import names file and line",
-            {"python/pkg/__init__.py": "", "python/pkg/mod.py": "import os\n\nX = os.no_such_attribute\n"},
+    Example(name="runtime error at import names file and line",
+            files={"python/pkg/__init__.py": "", "python/pkg/mod.py": "import os\n\nX = os.no_such_attribute\n"},
             passes=False, expect="AttributeError"),
-    Example("phantom module import",
-            {"python/pkg/__init__.py": "", "python/pkg/mod.py": "from pkg.ddtree_missing import thing\n"},
+    Example(name="phantom module import",
+            files={"python/pkg/__init__.py": "", "python/pkg/mod.py": "from pkg.ddtree_missing import thing\n"},
             passes=False, expect="No module named 'pkg.ddtree_missing'"),
-    Example("a module that cannot import on CPU is declared and covered statically",
-            {"python/pkg/__init__.py": "", "python/pkg/gpu_only.py": "import sgl_kernel_not_here\n"},
+    Example(name="a module that cannot import on CPU is declared and covered statically",
+            files={"python/pkg/__init__.py": "", "python/pkg/gpu_only.py": "import sgl_kernel_not_here\n"},
             passes=True, expect="covered statically", config={"static_only": {"pkg.gpu_only": "needs sgl_kernel"}}),
-    Example("an undeclared module that cannot import fails",
-            {"python/pkg/__init__.py": "", "python/pkg/gpu_only.py": "import sgl_kernel_not_here\n"},
+    Example(name="an undeclared module that cannot import fails",
+            files={"python/pkg/__init__.py": "", "python/pkg/gpu_only.py": "import sgl_kernel_not_here\n"},
             passes=False, expect="No module named 'sgl_kernel_not_here'"),
-    Example("a module that kills the interpreter is reported, not lost",
-            {"python/pkg/__init__.py": "", "python/pkg/a_ok.py": "X = 1\n",
+    Example(name="a module that kills the interpreter is reported, not lost",
+            files={"python/pkg/__init__.py": "", "python/pkg/a_ok.py": "X = 1\n",
              "python/pkg/b_dies.py": "import os\nos._exit(3)\n"},
             passes=False, expect="the import process died while importing it"),
-    Example("a static_only entry without a reason is refused", {"python/pkg/__init__.py": ""}, passes=False,
+    Example(name="a static_only entry without a reason is refused", files={"python/pkg/__init__.py": ""}, passes=False,
             expect="non-empty reasons", config={"static_only": {"pkg": ""}}),
-    Example("a stale static_only declaration is a warning",
-            {"python/pkg/__init__.py": ""}, passes=False, expect="does not touch",
+    Example(name="a stale static_only declaration is a warning",
+            files={"python/pkg/__init__.py": ""}, passes=False, expect="does not touch",
             config={"static_only": {"pkg.gone": "was GPU only"}}),
 )

@@ -40,13 +40,9 @@ class Prefix:
     touched: tuple[str, ...]  # files patches 1..number touch that exist in it
 
 
-def _base_commit(repo: Repo) -> str:
-    return repo.run("rev-list", "--max-parents=0", "HEAD").split()[-1]
-
-
 def staged_prefixes(repo: Repo, base: str, set_dir: Path) -> list[Prefix]:
     pset = load_set(set_dir, check_lock=False)
-    staged: list[StagedPatch] = stage_series(repo, base, pset)
+    staged: list[StagedPatch] = list(stage_series(repo, base, pset))
     out, touched = [], set()
     for number, step in enumerate(staged, 1):
         touched |= set(step.touched)
@@ -97,11 +93,10 @@ def run(ctx: VerifyContext) -> list[Finding]:
     from checks.registry import GATES  # lazy: the registry imports this module's siblings
 
     repo = Repo(ctx.root)
-    base = _base_commit(repo)
-    manifest = dict(ctx.manifest)
-    verify = {**manifest.get("verify", {})}
-    verify["xref"] = {**verify.get("xref", {}), "check_unused": False}
-    manifest["verify"] = verify
+    base = ctx.base_commit
+    verify = {**ctx.manifest.verify}
+    verify["xref"] = {**ctx.manifest.verify_table("xref"), "check_unused": False}
+    manifest = dataclasses.replace(ctx.manifest, verify=verify)
     first: dict[tuple[str, str], tuple[Prefix, Finding]] = {}
     last: dict[tuple[str, str], Prefix] = {}
     with quarantine(repo) as q:
@@ -118,16 +113,16 @@ def run(ctx: VerifyContext) -> list[Finding]:
                     first.setdefault(key, (prefix, finding))
                     last[key] = prefix
     total = len(prefixes)
-    findings = [Finding(NAME, Severity.INFO, "series", None,
-                        f"{total} prefixes checked with {', '.join(PREFIX_GATES)}")]
+    findings = [Finding(gate=NAME, severity=Severity.INFO, file="series", line=None,
+                        message=f"{total} prefixes checked with {', '.join(PREFIX_GATES)}")]
     for key, (prefix, finding) in first.items():
         end = last[key]
         span = (f"prefixes {prefix.number}-{end.number} of {total}" if end.number != prefix.number
                 else f"prefix {prefix.number} of {total}")
         fixed = f"; fixed by {prefixes[end.number].patch}" if end.number < total else "; still in the full series"
-        findings.append(Finding(NAME, Severity.ERROR, finding.file, finding.line,
-                                f"after {prefix.patch} ({span}{fixed}): [{finding.gate}] {finding.message}",
-                                "reorder the series or move the change into the patch that needs it, so that "
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=finding.file, line=finding.line,
+                                message=f"after {prefix.patch} ({span}{fixed}): [{finding.gate}] {finding.message}",
+                                hint="reorder the series or move the change into the patch that needs it, so that "
                                 "every prefix builds"))
     return findings
 

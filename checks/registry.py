@@ -8,9 +8,10 @@ reported by the runner as a crashed gate instead of breaking every other gate.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Iterator, Mapping
-from types import ModuleType
+from typing import TYPE_CHECKING, cast
+
+from patchkit.verify.api import Gate
 
 #: name -> module path, in pipeline order.
 GATE_MODULES: dict[str, str] = {
@@ -24,32 +25,32 @@ GATE_MODULES: dict[str, str] = {
 }
 
 
-def module_exists(module: str) -> bool:
-    """Whether the gate's source file is present (an import error inside it still counts as present)."""
-    return importlib.util.find_spec(module) is not None
-
-
-class LazyGates(Mapping[str, ModuleType]):
-    """The registered gates whose modules exist, importing each on first access."""
+class LazyGates(Mapping[str, Gate]):
+    """The registered gates, importing each module on first access."""
 
     def __init__(self, modules: dict[str, str]):
         self._modules = modules
 
-    def __getitem__(self, name: str) -> ModuleType:
-        if name not in self._modules or not module_exists(self._modules[name]):
+    def __getitem__(self, name: str) -> Gate:
+        if name not in self._modules:
             raise KeyError(name)
-        return importlib.import_module(self._modules[name])
+        return cast(Gate, importlib.import_module(self._modules[name]))  # checked statically below
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name, module in self._modules.items() if module_exists(module))
+        return iter(self._modules)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self._modules)
 
 
-GATES: Mapping[str, ModuleType] = LazyGates(GATE_MODULES)
+GATES: Mapping[str, Gate] = LazyGates(GATE_MODULES)
 
+#: Opt-in gates, run after the registered ones only when asked (``patchkit verify --each-prefix``):
+#: a set need not be bisectable to pass, and the check applies the series once per patch.
+EACH_PREFIX: Mapping[str, Gate] = LazyGates({"each-prefix": "checks.prefixes"})
 
-def unavailable() -> tuple[str, ...]:
-    """Registered gates whose module is not in this checkout (reported by the runner, never silent)."""
-    return tuple(name for name, module in GATE_MODULES.items() if not module_exists(module))
+if TYPE_CHECKING:  # mypy checks every gate module against the Gate protocol; nothing is imported at run time
+    from checks import backend, calls, compile, dispatch, imports, prefixes, settests, xref
+
+    _TYPED: Mapping[str, Gate] = {"compile": compile, "imports": imports, "xref": xref, "dispatch": dispatch,
+                                  "calls": calls, "backend": backend, "tests": settests, "each-prefix": prefixes}

@@ -23,7 +23,7 @@ from checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit import proc
 from patchkit.errors import BadInput, location
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file, tree_identity
+from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file
 from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
 from patchkit.verify.facts import added_lines
 
@@ -108,8 +108,8 @@ def failure_finding(failure: dict[str, Any], tests_dir: Path, ctx: VerifyContext
     text = failure["text"].strip()
     what = crash[2].splitlines()[0] if crash and crash[2] else (text.splitlines()[-1] if text else "")
     verb = "could not be collected" if failure["when"] == "collect" else f"failed ({failure['when']})"
-    return Finding(NAME, Severity.ERROR, file, line,
-                   f"{failure['nodeid']} {verb}: {what}{raised_in_tree(failure, ctx.root)}")
+    return Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
+                   message=f"{failure['nodeid']} {verb}: {what}{raised_in_tree(failure, ctx.root)}")
 
 
 def traced_finding(failure: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]]) -> Finding | None:
@@ -126,9 +126,9 @@ def traced_finding(failure: dict[str, Any], ctx: VerifyContext, added: dict[str,
         return None
     rel, line = hits[-1]
     what = crash[2].splitlines()[0] if crash and crash[2] else ""
-    return Finding(NAME, Severity.ERROR, rel, line,
-                   f"set test {failure['nodeid']} fails through this added line: {what}",
-                   "the test's own finding shows its assertion; the error passed through here")
+    return Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=line,
+                   message=f"set test {failure['nodeid']} fails through this added line: {what}",
+                   hint="the test's own finding shows its assertion; the error passed through here")
 
 
 def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext,
@@ -140,20 +140,21 @@ def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext,
         findings += list({(f.file, f.line): f for f in traced if f is not None}.values())
     shown = display_path(tests_dir)
     if code == 5:
-        findings.append(Finding(NAME, Severity.WARNING, shown, None, "pytest collected no tests",
-                                "add tests or remove the folder"))
+        findings.append(Finding(gate=NAME, severity=Severity.WARNING, file=shown, line=None,
+                                message="pytest collected no tests",
+                                hint="add tests or remove the folder"))
     elif code not in (0, 1) and not findings:
-        findings.append(Finding(NAME, Severity.ERROR, shown, None,
-                                f"pytest did not complete (exit {code}): {outcome['tail'][-800:]}"))
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=shown, line=None,
+                                message=f"pytest did not complete (exit {code}): {outcome['tail'][-800:]}"))
     elif code == 1 and not findings:
-        findings.append(Finding(NAME, Severity.ERROR, shown, None,
-                                f"pytest failed without a test report: {outcome['tail'][-800:]}"))
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=shown, line=None,
+                                message=f"pytest failed without a test report: {outcome['tail'][-800:]}"))
     counts = outcome.get("counts") or {}
     if counts:
         reuse = (f" ({outcome['rerun']} rerun, {outcome['reused']} reused: they ran no code that changed)"
                  if "reused" in outcome else "")
-        findings.append(Finding(NAME, Severity.INFO, shown, None,
-                                f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
+        findings.append(Finding(gate=NAME, severity=Severity.INFO, file=shown, line=None,
+                                message=f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
                                 f"{counts.get('skipped', 0)} skipped{reuse}"))
     return findings
 
@@ -162,16 +163,17 @@ def run(ctx: VerifyContext) -> list[Finding]:
     config = ctx.gate_config(NAME)
     tests_dir = ctx.set_dir / str(config.get("path", "tests"))
     if not tests_dir.is_dir():
-        return [Finding(NAME, Severity.WARNING, display_path(tests_dir), None,
-                        "the patch set has no tests folder: nothing was run", "add the set's tests under tests/")]
+        return [Finding(gate=NAME, severity=Severity.WARNING, file=display_path(tests_dir), line=None,
+                        message="the patch set has no tests folder: nothing was run",
+                        hint="add the set's tests under tests/")]
     interpreter = choose_interpreter(ctx, config)
     stub_dir, stub_rows = stubs(ctx, NAME)
     suite = key_of(NAME, interpreter.spec_key, config, RUNNER.read_text(),
                    hash_files((p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts),
                               tests_dir),
                    hash_files(stub_dir.rglob("*.py")) if stub_dir else None,
-                   python_names(ctx.root, str(ctx.manifest.get("verify", {}).get("source_root", "python"))))
-    key = key_of(suite, tree_identity(ctx.root), {rel: sha256_file(ctx.root / rel) for rel in ctx.touched})
+                   python_names(ctx.root, str(ctx.manifest.verify.get("source_root", "python"))))
+    key = key_of(suite, ctx.base_commit, {rel: sha256_file(ctx.root / rel) for rel in ctx.touched})
     cache = ResultCache(ctx.cache_dir, NAME)
     outcome = cache.get(key)
     if outcome is None:
@@ -179,7 +181,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
         outcome = _run_with_impact(interpreter.python, tests_dir, ctx, stub_dir, config, store)
         if outcome["returncode"] in (0, 1, 5):
             cache.put(key, {k: v for k, v in outcome.items() if k not in ("deps", "tests")})
-    note = Finding(NAME, Severity.INFO, display_path(tests_dir), None, f"set tests {interpreter.note}")
+    note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests_dir), line=None,
+                   message=f"set tests {interpreter.note}")
     added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")])
     return [note, *stub_rows, *findings_from(outcome, tests_dir, ctx, added)]
 
@@ -214,19 +217,21 @@ _TEST_ADD = _FIND_TREE + "from pkg.algo import add\n\n\ndef test_add():\n    ass
 _TEST_FIRST = _FIND_TREE + "from pkg.algo import first\n\n\ndef test_first():\n    assert first([7]) == 7\n"
 
 EXAMPLES = (
-    Example("set tests pass", {"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a + b\n",
+    Example(name="set tests pass",
+            files={"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a + b\n",
                                "@set/tests/test_algo.py": _TEST_ADD},
             passes=True, expect="1 passed, 0 failed"),
-    Example("an algorithm bug only the tests see",
-            {"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a - b\n",
+    Example(name="an algorithm bug only the tests see",
+            files={"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a - b\n",
              "@set/tests/test_algo.py": _TEST_ADD},
             passes=False, expect="test_algo.py::test_add failed (call)"),
-    Example("an error raised in the tree is located",
-            {"python/pkg/__init__.py": "", "python/pkg/algo.py": "def first(xs):\n    return xs[1]\n",
+    Example(name="an error raised in the tree is located",
+            files={"python/pkg/__init__.py": "", "python/pkg/algo.py": "def first(xs):\n    return xs[1]\n",
              "@set/tests/test_algo.py": _TEST_FIRST},
             passes=False, expect="raised at python/pkg/algo.py:2"),
-    Example("a test module that cannot be collected",
-            {"python/pkg/__init__.py": "", "@set/tests/test_algo.py": _FIND_TREE + "from pkg.nothing import x\n"},
+    Example(name="a test module that cannot be collected",
+            files={"python/pkg/__init__.py": "", "@set/tests/test_algo.py": _FIND_TREE + "from pkg.nothing import x\n"},
             passes=False, expect="could not be collected"),
-    Example("a set without tests is reported", {"python/pkg/__init__.py": ""}, passes=False, expect="no tests folder"),
+    Example(name="a set without tests is reported", files={"python/pkg/__init__.py": ""}, passes=False,
+            expect="no tests folder"),
 )

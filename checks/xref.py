@@ -80,7 +80,8 @@ class _Run:
     set_facts: list[dict[str, Any]]  # the set's own tests: their uses count, they are not checked
 
     def add(self, file: str, line: int | None, message: str, hint: str | None = None) -> None:
-        self.findings.append(Finding(NAME, Severity.ERROR, file, line, message, hint))
+        self.findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line, message=message,
+                                     hint=hint))
 
 
 def _build(ctx: VerifyContext) -> _Run:
@@ -125,8 +126,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
         _check_unused(state)
     symbols = _symbols(state)
     state.findings.append(
-        Finding(NAME, Severity.INFO, "", None,
-                f"symbol table: {len(symbols)} family symbols across {len(state.facts)} indexed files "
+        Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
+                message=f"symbol table: {len(symbols)} family symbols across {len(state.facts)} indexed files "
                 f"({len(state.index.parsed)} parsed, the rest from cache)")
     )
     return state.findings
@@ -442,7 +443,7 @@ class Worker:
 
 def _example(name: str, user: str, expect: str | None = None) -> Example:
     files = {_PKG: "", _ENUM: _ENUM_SRC, _UTIL: _UTIL_SRC, _USER: user}
-    return Example(name, files, passes=expect is None, expect=expect)
+    return Example(name=name, files=files, passes=expect is None, expect=expect)
 
 
 EXAMPLES = (

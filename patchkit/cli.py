@@ -1,14 +1,25 @@
-"""The click command line. Each command only parses options and calls one core function.
+"""The click command line, and patchkit's composition root.
+
+Each command only parses options and calls one core function; this module is the one place that
+wires the parts together: it hands the gate registry of ``checks/`` to the verify runner and the
+renderers of :mod:`patchkit.render` to every command (nothing else in ``patchkit`` imports either).
+Core modules are imported inside the commands, so ``patchkit --help`` loads almost nothing.
 
 Exit codes (see README): 0 ok, 1 a patch or check failed, 2 bad input or usage, 3 internal error,
 130 interrupted. They are produced in one place, :mod:`patchkit.error_handler`.
+
+A new command is one function here and, when it has a new result type, renderers in the render module
+of its package (``patchkit.render.<area>``).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -16,7 +27,59 @@ from patchkit import __version__, render
 from patchkit.error_handler import handle_errors, install_signal_handlers
 from patchkit.results import CommandResult
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope on stdout.")
+F = TypeVar("F", bound=Callable[..., Any])
+Progress = Callable[[str], None]
+
+_EXITS = {
+    0: "ok",
+    1: "a patch or check failed",
+    2: "bad input or usage (the message names the file, line and fix)",
+    3: "internal error (a crash log path is printed)",
+    130: "interrupted (Ctrl-C or SIGTERM): nothing was changed, or the commit step was completed first",
+}
+_ENVIRONMENT = ("PATCHKIT_HOME       base trees, logs and locks (default: .patchkit/ at the checkout's root)\n"
+                "  PATCHKIT_CACHE_DIR  wheels, environments, gate results (default: $PATCHKIT_HOME/cache if set,"
+                " else ~/.cache/patchkit)\n"
+                "  PATCHKIT_LOCK_WAIT  seconds to wait for another patchkit on the same target (default: 120)")
+
+
+def epilog(**exits: str) -> str:
+    """The exit codes and environment of a command's --help (``exits`` overrides codes: ``_1="..."``)."""
+    codes = {**_EXITS, **{int(code.lstrip("_")): text for code, text in exits.items()}}
+    lines = ["\b", "Exit codes:", *(f"  {code:<4} {text}" for code, text in sorted(codes.items())),
+             "", "\b", "Environment:", f"  {_ENVIRONMENT}"]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Output:
+    """How a command prints: the JSON envelope or text, and how much text."""
+
+    as_json: bool
+    verbosity: int
+
+    @property
+    def progress(self) -> int:
+        """Spinners and streamed rows: none with --json (stdout is one document) or --quiet."""
+        return render.QUIET if self.as_json else self.verbosity
+
+
+def output_options(command: F) -> F:
+    """``--json``, ``--quiet`` and ``--verbose``, handed to the command as one ``output`` argument."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope on stdout (no progress).")
+    @click.option("-q", "--quiet", is_flag=True, help="Print only what failed and the verdict.")
+    @click.option("-v", "--verbose", is_flag=True, help="Print everything (info rows, every step).")
+    @functools.wraps(command)
+    def wrapper(*args: Any, as_json: bool, quiet: bool, verbose: bool, **kwargs: Any) -> Any:
+        if quiet and verbose:
+            raise click.UsageError("--quiet and --verbose exclude each other")
+        verbosity = render.QUIET if quiet else render.VERBOSE if verbose else render.NORMAL
+        return command(*args, output=Output(as_json, verbosity), **kwargs)
+
+    return wrapper  # type: ignore[return-value]  # click's decorators keep the signature loose
+
+
 set_option = click.option(
     "--set",
     "set_dir",
@@ -28,19 +91,25 @@ target_option = click.option(
     "--target",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="SGLang tree to work on (default: .patchkit/trees/<base>).",
+    help="SGLang tree to work on (default: $PATCHKIT_HOME/trees/<base>).",
 )
 
 
-def run_command(name: str, as_json: bool, core: Callable[[], CommandResult]) -> None:
+def run_command(name: str, output: Output, core: Callable[[], CommandResult]) -> None:
     """Call the core function, render its result, exit with its code."""
-    with handle_errors(name, as_json):
+    with handle_errors(name, output.as_json, render.emit_error):
         result = core()
-        render.emit(result, as_json)
+        render.emit(result, output.as_json, output.verbosity)
     sys.exit(result.exit_code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def with_progress(description: str, output: Output, core: Callable[[Progress], CommandResult]) -> CommandResult:
+    return render.with_progress(description, core, output.progress)  # type: ignore[no-any-return]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=epilog() + '\n\n\b\nShell completion (bash; zsh and fish alike):\n'
+                               '  eval "$(_PATCHKIT_COMPLETE=bash_source patchkit)"')
 @click.version_option(__version__, prog_name="patchkit")
 def cli() -> None:
     """Apply, verify and smoke-test versioned SGLang patch sets."""
@@ -49,133 +118,172 @@ def cli() -> None:
 # ---------------------------------------------------------------- patch sets: base, apply, status
 
 
-@cli.group("base")
+@cli.group("base", epilog=epilog())
 def base_group() -> None:
     """The pinned, unpatched base tree."""
 
 
-@base_group.command("fetch")
+@base_group.command("fetch", epilog=epilog())
 @set_option
 @click.option("--dest", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Where the base tree goes (default: .patchkit/trees/<package>-<version>).")
+              help="Where the base tree goes (default: $PATCHKIT_HOME/trees/<package>-<version>).")
 @click.option("--from-git", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Use this SGLang clone at the manifest's [base.git] commit instead of the wheel.")
-@json_option
-def base_fetch(set_dir: Path | None, dest: Path | None, from_git: Path | None, as_json: bool) -> None:
+@output_options
+def base_fetch(set_dir: Path | None, dest: Path | None, from_git: Path | None, output: Output) -> None:
     """Download (or reuse) the pinned base and commit it to a git tree."""
     from patchkit.patchset import base
 
-    run_command("base fetch", as_json, lambda: render.with_progress(
-        "fetching base", lambda progress: base.fetch_for_set(set_dir, dest, from_git, progress)))
+    run_command("base fetch", output, lambda: with_progress(
+        "fetching base", output, lambda progress: base.fetch_for_set(set_dir, dest, from_git, progress)))
 
 
-@cli.command("apply")
+@cli.command("apply", epilog=epilog(_1="a patch did not apply, or the target drifted (nothing was changed)"))
 @set_option
 @target_option
 @click.option("--dry-run", is_flag=True, help="Stage and check everything; change nothing.")
-@json_option
-def apply_cmd(set_dir: Path | None, target: Path | None, dry_run: bool, as_json: bool) -> None:
+@output_options
+def apply_cmd(set_dir: Path | None, target: Path | None, dry_run: bool, output: Output) -> None:
     """Apply the whole series to the base tree, or nothing."""
     from patchkit.patchset import apply, base
 
-    def core(progress):
+    def core(progress: Progress) -> CommandResult:
         resolved_set, resolved_target = base.locate(set_dir, target)
         return apply.apply(resolved_set, resolved_target, dry_run=dry_run, progress=progress)
 
-    run_command("apply", as_json, lambda: render.with_progress("applying", core))
+    run_command("apply", output, lambda: with_progress("applying", output, core))
 
 
-@cli.command("status")
+@cli.command("status", epilog=epilog(_1="the target is not exactly the set applied"))
 @set_option
 @target_option
-@json_option
-def status_cmd(set_dir: Path | None, target: Path | None, as_json: bool) -> None:
+@output_options
+def status_cmd(set_dir: Path | None, target: Path | None, output: Output) -> None:
     """Base ok? Which patches are applied? Drift against the locked post-image?"""
     from patchkit.patchset import base, status
 
-    run_command("status", as_json, lambda: status.status(*base.locate(set_dir, target)))
+    run_command("status", output, lambda: status.status(*base.locate(set_dir, target)))
 
 
-@cli.command("refresh")
+@cli.command("refresh", epilog=epilog(_1="a patch's context changed: nothing was written",
+                                      _2="bad input; also a refresh that would remove patches (--allow-remove)"))
 @set_option
 @target_option
 @click.option("--accept-context", is_flag=True, help="Write the set even when a patch's context changed.")
-@json_option
-def refresh_cmd(set_dir: Path | None, target: Path | None, accept_context: bool, as_json: bool) -> None:
+@click.option("--allow-remove", is_flag=True,
+              help="Remove the set's patches whose commits are not in the target (never done otherwise).")
+@output_options
+def refresh_cmd(set_dir: Path | None, target: Path | None, accept_context: bool, allow_remove: bool,
+                output: Output) -> None:
     """Write the commits since the base back into the set (patches, series, lock)."""
     from patchkit.patchset import base, refresh
 
-    def core(progress):
+    def core(progress: Progress) -> CommandResult:
         resolved_set, resolved_target = base.locate(set_dir, target)
-        return refresh.refresh(resolved_set, resolved_target, accept_context=accept_context, progress=progress)
+        return refresh.refresh(resolved_set, resolved_target, accept_context=accept_context,
+                               allow_remove=allow_remove, progress=progress)
 
-    run_command("refresh", as_json, lambda: render.with_progress("refreshing", core))
+    run_command("refresh", output, lambda: with_progress("refreshing", output, core))
 
 
-@cli.command("lock")
+@cli.command("lock", epilog=epilog())
 @set_option
 @click.option("--base", "base_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Tree holding the base commit (default: the fetched base; fetched if missing).")
-@json_option
-def lock_cmd(set_dir: Path | None, base_dir: Path | None, as_json: bool) -> None:
+@output_options
+def lock_cmd(set_dir: Path | None, base_dir: Path | None, output: Output) -> None:
     """Recompute patch hashes, base tree and post-image in manifest.toml (below the marker)."""
     from patchkit.patchset import base, lock
 
-    run_command("lock", as_json, lambda: render.with_progress(
-        "locking", lambda progress: lock.lock(base.resolve_set(set_dir), base_dir, progress)))
+    run_command("lock", output, lambda: with_progress(
+        "locking", output, lambda progress: lock.lock(base.resolve_set(set_dir), base_dir, progress)))
+
+
+# ---------------------------------------------------------------- patch sets: clean
+
+
+@cli.command("clean", epilog=epilog(_1="something was kept: a tree with your work, or one in use (listed)"))
+@click.option("--trees", is_flag=True, help="Base and patched trees under <home>/trees.")
+@click.option("--envs", is_flag=True, help="Verify environments in the shared cache.")
+@click.option("--cache", is_flag=True, help="Downloaded wheels and cached gate results too.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--force", is_flag=True, help="Also remove trees that hold uncommitted work or commits of yours.")
+@output_options
+def clean_cmd(trees: bool, envs: bool, cache: bool, dry_run: bool, force: bool, output: Output) -> None:
+    """List and remove trees and environments (default: both). Trees with your work are kept (exit 1)."""
+    from patchkit.patchset.clean import clean
+
+    run_command("clean", output, lambda: clean(trees=trees, envs=envs, cache=cache, dry_run=dry_run, force=force))
 
 
 # ---------------------------------------------------------------- verification gates
 
 
-@cli.command()
+@cli.command(epilog=epilog(_1="a gate reported an error finding", _2="bad input or usage; also a target that is "
+                           "not exactly the set applied (without --allow-drift)", _3="a gate crashed"))
 @set_option
 @target_option
 @click.option("--gate", "gates", multiple=True, metavar="NAME",
               help="Run only this gate (repeatable). Default: every gate, in registry order.")
-@json_option
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Also write a JUnit XML report (one testsuite per gate) to FILE.")
+              help="Also write a JUnit XML report (one testsuite per gate) to FILE (checked before the gates run).")
+@click.option("--allow-drift", is_flag=True,
+              help="Verify a target that is not exactly the set applied (hand edits, a partial series), saying so.")
 @click.option("--each-prefix", is_flag=True,
-              help="Also check that every prefix of the series compiles, imports and cross-references.")
-def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], as_json: bool, junit: Path | None,
-           each_prefix: bool) -> None:
-    """Run the verification gates on a patched tree. Exit 0 clean, 1 findings, 3 a gate crashed."""
-    from patchkit.verify.run import verify as verify_tree
+              help="Also check that every prefix of the series applies, compiles, imports and cross-references.")
+@output_options
+def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], junit: Path | None,
+           allow_drift: bool, each_prefix: bool, output: Output) -> None:
+    """Run the verification gates on a patched tree.
 
-    run_command("verify", as_json, lambda: verify_tree(set_dir, target, gates, junit, each_prefix))
+    First states whether the target is exactly the set applied; then runs every gate (or those named
+    with --gate), showing each as it finishes.
+    """
+    from checks.registry import EACH_PREFIX, GATES  # the only import of checks/ in patchkit
+    from patchkit.render.verify import VerifyView
+    from patchkit.verify.run import verify as run_verify
+
+    def core() -> CommandResult:
+        with VerifyView(output.progress) as view:
+            return run_verify(set_dir, target, gates, junit, registry=GATES, on_gate=view, allow_drift=allow_drift,
+                              extra=EACH_PREFIX if each_prefix else None)
+
+    run_command("verify", output, core)
 
 
-@cli.command()
+@cli.command(epilog=epilog())
 @set_option
 @target_option
-@json_option
-def symbols(set_dir: Path | None, target: Path | None, as_json: bool) -> None:
+@output_options
+def symbols(set_dir: Path | None, target: Path | None, output: Output) -> None:
     """Where each name of the set's symbol family is defined, imported and used in the tree."""
+    from checks import xref
     from patchkit.verify.run import symbol_table
 
-    run_command("symbols", as_json, lambda: symbol_table(set_dir, target))
+    run_command("symbols", output, lambda: symbol_table(set_dir, target, xref.symbols))
 
 
-@cli.command("dispatch-sites")
+@cli.command("dispatch-sites", epilog=epilog(_1="new sites were added: review them (treatment and reason)"))
 @set_option
 @target_option
-@json_option
-def dispatch_sites(set_dir: Path | None, target: Path | None, as_json: bool) -> None:
+@output_options
+def dispatch_sites(set_dir: Path | None, target: Path | None, output: Output) -> None:
     """Rewrite the set's dispatch declarations for the tree's current sites (after a rebase).
 
     Reviewed entries are kept; new sites are added with an empty treatment, so the dispatch gate
     keeps failing on them until someone writes treatment and reason; stale entries are dropped.
     """
+    from checks.dispatch import write_declarations
     from patchkit.verify.run import update_dispatch_declarations
 
-    run_command("dispatch-sites", as_json, lambda: update_dispatch_declarations(set_dir, target))
+    run_command("dispatch-sites", output, lambda: update_dispatch_declarations(set_dir, target, write_declarations))
 
 
 # ---------------------------------------------------------------- GPU smoke test
 
 
-@cli.command()
+@cli.command(epilog=epilog(_1="an output mismatch or a server failure", _2="preflight failed, or bad input",
+                           _130="interrupted; the servers were torn down"))
 @set_option
 @target_option
 @click.option("--gpus", type=click.IntRange(min=0), required=True,
@@ -191,18 +299,19 @@ def dispatch_sites(set_dir: Path | None, target: Path | None, as_json: bool) -> 
 @click.option("--python", default=sys.executable, show_default="this interpreter",
               help="Interpreter that runs the server.")
 @click.option("--logs", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Directory for the server logs (default: .patchkit/logs/smoke-<time>).")
+              help="Directory for the server logs (default: $PATCHKIT_HOME/logs/smoke-<time>).")
 @click.option("--preflight-only", is_flag=True, help="Run the preflight checks, start nothing.")
-@json_option
+@output_options
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
-def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_tokens, timeout_s, python, logs,
-          preflight_only, as_json, extra_args) -> None:
+def smoke(set_dir: Path | None, target: Path | None, gpus: int, model: Path, draft_model: Path, port: int,
+          prompts: Path | None, max_new_tokens: int | None, timeout_s: float | None, python: str, logs: Path | None,
+          preflight_only: bool, output: Output, extra_args: tuple[str, ...]) -> None:
     """Launch the patched server (baseline, then DDTREE), prove greedy outputs identical, tear down.
 
-    Arguments after -- go to both servers. Exit 0 all prompts identical, 1 mismatch or server failure,
-    2 preflight failed or bad input, 130 interrupted (servers torn down).
+    Arguments after -- go to both servers.
     """
     from patchkit.patchset.base import locate
+    from patchkit.render.smoke import SmokeConsole
     from patchkit.smoke.run import SmokeOptions, run_smoke
 
     def core() -> CommandResult:
@@ -213,15 +322,104 @@ def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_toke
             timeout_s=timeout_s, python=python, logs=logs, extra_args=tuple(extra_args),
             preflight_only=preflight_only,
         )
-        return run_smoke(options, render.SmokeConsole())
+        return run_smoke(options, SmokeConsole(output.progress))
 
-    run_command("smoke", as_json, core)
+    run_command("smoke", output, core)
+
+
+# ---------------------------------------------------------------- GPU bench
+
+
+def _int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    """``16,64,256`` -> (16, 64, 256); a usage error names the option."""
+    if value is None:
+        return None
+    try:
+        numbers = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if not numbers or any(n < 1 for n in numbers):
+        raise click.BadParameter(f"{value!r}: every value must be a positive integer")
+    return numbers
+
+
+@cli.command(epilog=epilog(_1="an output mismatch, a server failure, a process left, a check below its threshold",
+                           _2="preflight failed, or bad input (budget, concurrency, variant, file)",
+                           _130="interrupted; the running server was torn down"))
+@set_option
+@target_option
+@click.option("--gpus", type=click.IntRange(min=0), required=True,
+              help="GPUs to use (tensor parallel size); 0 = CPU stand-in mode, GPU checks skipped.")
+@click.option("--model", type=click.Path(path_type=Path), required=True, help="Target model directory.")
+@click.option("--draft-model", type=click.Path(path_type=Path), required=True, help="DFlash draft model directory.")
+@click.option("--port", type=int, default=30000, show_default=True, help="Server port (every server, in turn).")
+@click.option("--variants", default=None, metavar="A,B,...",
+              help="Variants of the set's [bench] profile to run, by name (default: all).")
+@click.option("--budgets", callback=_int_list, default=None, metavar="16,64,256",
+              help="DDTREE budgets (default: the profile's).")
+@click.option("--concurrency", callback=_int_list, default=None, metavar="1,8,32",
+              help="Concurrent requests per level (default: the profile's).")
+@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Measured batches per level.")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Unmeasured batches per level first.")
+@click.option("--prompts", type=click.Path(path_type=Path), default=None,
+              help="Prompt file (JSONL); default: the set's smoke prompts.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="Tokens per request.")
+@click.option("--no-check-outputs", is_flag=True,
+              help="Do not compare greedy outputs with the baseline's (random-weight models at a real shape).")
+@click.option("--expect-tree-gain", type=click.FloatRange(min=0, min_open=True), default=None, metavar="X",
+              help="Fail unless every DDTREE accept length is >= X times DFLASH's (tree-friendly test models).")
+@click.option("--acceptance", type=click.Path(path_type=Path), default=None,
+              help="Acceptance table (TOML/JSON): project tok/s and speed-ups from the measured ms per round.")
+@click.option("--sampling", is_flag=True, help="Instead of speed: the T=1 distribution test against the baseline.")
+@click.option("--samples", type=click.IntRange(min=1), default=256, show_default=True, help="--sampling: completions.")
+@click.option("--sample-tokens", type=click.IntRange(min=1), default=4, show_default=True,
+              help="--sampling: tokens per completion.")
+@click.option("--seed", type=int, default=0, show_default=True, help="--sampling: first sampling_seed.")
+@click.option("--report", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write a markdown report to FILE.")
+@click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also draw tok/s vs concurrency and accept length vs budget to FILE.png (needs matplotlib).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds each server may take to become healthy (default: the set's).")
+@click.option("--python", default=sys.executable, show_default="this interpreter",
+              help="Interpreter that runs the server.")
+@click.option("--logs", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Directory for the server logs (default: $PATCHKIT_HOME/logs/bench-<time>).")
+@output_options
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+def bench(set_dir: Path | None, target: Path | None, gpus: int, model: Path, draft_model: Path, port: int,
+          variants: str | None, budgets: tuple[int, ...] | None, concurrency: tuple[int, ...] | None,
+          repeats: int | None, warmup: int | None, prompts: Path | None, max_new_tokens: int | None,
+          no_check_outputs: bool, expect_tree_gain: float | None, acceptance: Path | None, sampling: bool,
+          samples: int, sample_tokens: int, seed: int, report: Path | None, plot: Path | None,
+          timeout_s: float | None, python: str, logs: Path | None, output: Output, extra_args: tuple[str, ...]) -> None:
+    """Baseline vs DFLASH vs DDTREE in the real server, one server at a time, at each concurrency level.
+
+    Arguments after -- go to every server.
+    """
+    from patchkit.bench.run import BenchOptions, run_bench
+    from patchkit.patchset.base import locate
+    from patchkit.render.smoke import SmokeConsole
+
+    def core() -> CommandResult:
+        chosen_set, chosen_target = locate(set_dir, target)
+        options = BenchOptions(
+            set_dir=chosen_set, target=chosen_target, gpus=gpus, model=model, draft_model=draft_model, port=port,
+            prompts=prompts, max_new_tokens=max_new_tokens, timeout_s=timeout_s, python=python, logs=logs,
+            extra_args=tuple(extra_args), variants=tuple(v for v in variants.split(",") if v) if variants else None,
+            budgets=budgets, concurrency=concurrency, repeats=repeats, warmup=warmup,
+            check_outputs=not no_check_outputs, expect_tree_gain=expect_tree_gain, acceptance=acceptance,
+            report=report, plot=plot, sampling=sampling, samples=samples, sample_tokens=sample_tokens, seed=seed,
+        )
+        return run_bench(options, SmokeConsole(output.progress))
+
+    run_command("bench", output, core)
 
 
 # ---------------------------------------------------------------- offline bundles and test models
 
 
-@cli.command()
+@cli.command(epilog=epilog())
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Directory for wheels/, requirements.lock, bundle.json and install.sh.")
 @click.option("--freeze", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
@@ -248,31 +446,58 @@ def smoke(set_dir, target, gpus, model, draft_model, port, prompts, max_new_toke
 @click.option("--tree-on-host", is_flag=True,
               help="With --tree: ship no source; the host applies the set itself and install.sh checks "
                    "that its tree is this one (sh install.sh PYTHON SITE TREE).")
-@json_option
-def bundle(out, freeze, have, python_version, platforms, requirements, index_url, find_links, no_index, drop,
-           exclude, check_imports, profile, set_dir, tree, tree_on_host, as_json) -> None:
+@output_options
+def bundle(out: Path, freeze: Path | None, have: tuple[str, ...], python_version: str, platforms: tuple[str, ...],
+           requirements: tuple[str, ...], index_url: str | None, find_links: tuple[Path, ...], no_index: bool,
+           drop: tuple[str, ...], exclude: tuple[str, ...], check_imports: tuple[str, ...], profile: str | None,
+           set_dir: Path | None, tree: Path | None, tree_on_host: bool, output: Output) -> None:
     """Build an offline wheelhouse for a GPU host from the packages it already has."""
     from patchkit.hostprep.bundle import Target, build_bundle
 
-    run_command("bundle", as_json, lambda: build_bundle(
+    run_command("bundle", output, lambda: build_bundle(
         out=out, requirements=tuple(requirements), freeze=freeze, have=tuple(have),
         target=Target(python_version, tuple(platforms)), index_url=index_url, find_links=tuple(find_links),
         no_index=no_index, drop=tuple(drop), exclude=tuple(exclude), check_imports=tuple(check_imports) or None,
         profile=profile, set_dir=set_dir, tree=tree, tree_on_host=tree_on_host))
 
 
-@cli.command()
+@cli.command(epilog=epilog(_2="bad input, or torch/numpy missing (the message says what to install)"))
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Directory that receives target/ and draft/.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
-@click.option("--heads", type=int, default=4, show_default=True,
-              help="Attention heads of both models (a multiple of 2; tensor parallel size N needs a multiple of N).")
-@json_option
-def testmodels(out, seed, heads, as_json) -> None:
-    """Write a tiny random Qwen3 target and a matching DFlash draft (no tokenizer; use input ids)."""
+@click.option("--heads", type=click.IntRange(min=1), default=None,
+              help="Attention heads of both models (tiny models: a multiple of 2, default 4; tensor parallel size N "
+                   "needs a multiple of N). With --shape: overrides the shape's.")
+@click.option("--profile", default="default", show_default=True, metavar="NAME",
+              help="default, or tree: a pair where a DDTree tree verifies more tokens than a DFLASH chain.")
+@click.option("--shape", default=None, metavar="NAME",
+              help="Random bf16 weights at a real shape instead (qwen3-8b, qwen3-1.7b); the options below override it.")
+@click.option("--layers", type=int, default=None, help="Shape: target layers.")
+@click.option("--hidden", type=int, default=None, help="Shape: hidden size.")
+@click.option("--kv-heads", type=int, default=None, help="Shape: KV heads.")
+@click.option("--head-dim", type=int, default=None, help="Shape: head dimension (default hidden / heads).")
+@click.option("--intermediate", type=int, default=None, help="Shape: MLP intermediate size.")
+@click.option("--vocab", type=int, default=None, help="Shape: vocabulary size.")
+@click.option("--draft-layers", type=int, default=None, help="Shape: DFlash draft layers (default 2).")
+@click.option("--block-size", type=int, default=None, help="Shape: DFlash block size (default 16).")
+@output_options
+def testmodels(out: Path, seed: int, heads: int | None, profile: str, shape: str | None, layers: int | None,
+               hidden: int | None, kv_heads: int | None, head_dim: int | None, intermediate: int | None,
+               vocab: int | None, draft_layers: int | None, block_size: int | None, output: Output) -> None:
+    """Write a tiny arranged Qwen3 target and DFlash draft (no tokenizer; use input ids), or random
+    weights at a real shape (--shape, or every shape option)."""
+    from patchkit.hostprep.shapemodels import write_shaped
     from patchkit.hostprep.testmodels import write_test_models
+    from patchkit.render.hostprep import with_byte_progress
 
-    run_command("testmodels", as_json, lambda: write_test_models(out, seed, heads=heads))
+    overrides = dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                     intermediate=intermediate, vocab=vocab, draft_layers=draft_layers, block_size=block_size)
+    if shape is not None or any(v is not None for k, v in overrides.items() if k != "heads"):
+        run_command("testmodels", output, lambda: with_byte_progress(
+            "writing models", lambda progress, announce: write_shaped(out, seed, shape, overrides, progress, announce),
+            output.verbosity, bar=not output.as_json))
+    else:
+        run_command("testmodels", output, lambda: write_test_models(out, seed, heads=heads or 4, profile=profile))
 
 
 def main() -> None:

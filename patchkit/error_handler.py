@@ -1,4 +1,18 @@
-"""The one place where exceptions become exit codes (and crash logs)."""
+"""The one place where exceptions become exit codes (and crash logs).
+
+| exception                                   | exit | printed                                           |
+|---------------------------------------------|------|---------------------------------------------------|
+| :class:`~patchkit.errors.BadInput`           | 2    | ``patchkit CMD: error: FILE:LINE: message (hint)`` |
+| :class:`~patchkit.errors.Failed`             | 1    | the same                                          |
+| :class:`~patchkit.errors.Internal` (also an  | 3    | the same, plus the path of a crash log with the   |
+| unexpected git or pip failure) or any other  |      | traceback                                         |
+| exception                                    |      |                                                   |
+| Ctrl-C, SIGTERM (:class:`KeyboardInterrupt`, | 130  | ``interrupted (...)``: what was left as it was     |
+| :class:`~patchkit.errors.Interrupted`)       |      |                                                   |
+
+This module imports only the standard library and :mod:`patchkit.errors` at the top, so
+:func:`install_signal_handlers` can run before anything else is loaded (``patchkit.__main__``).
+"""
 
 from __future__ import annotations
 
@@ -9,50 +23,81 @@ import platform
 import signal
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from patchkit import __version__, render
+from patchkit import __version__
 from patchkit.errors import EXIT_INTERRUPTED, Internal, Interrupted, PatchkitError
 
+#: How an error reaches the user: ``report(command, error, as_json, log_path)`` (the CLI passes the
+#: renderer's ``emit_error``; this module prints nothing itself).
+Report = Callable[[str, PatchkitError, bool, "str | None"], None]
 
-def _raise_interrupt(signum, frame):  # noqa: ARG001
-    raise KeyboardInterrupt(f"signal {signum}")
+#: What an interruption outside the commit step leaves, per command (the default: nothing was changed).
+_INTERRUPTED = {
+    "smoke": "the servers were torn down",
+    "bundle": "the output directory may be incomplete; run the command again",
+    "testmodels": "the output directory may be incomplete; run the command again",
+}
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def install_signal_handlers() -> None:
-    """SIGTERM behaves like Ctrl-C, so every ``finally`` and rollback runs."""
+    """SIGTERM behaves like Ctrl-C, so every ``finally`` and rollback runs (exit 130)."""
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def crash_log_dir() -> Path:
-    return Path(os.environ.get("PATCHKIT_HOME", ".patchkit")) / "logs"
+    from patchkit import paths
+
+    return paths.logs_dir()
 
 
-def write_crash_log(command: str, exc: BaseException) -> Path:
-    directory = crash_log_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = directory / f"crash-{command}-{stamp}-{os.getpid()}.log"
-    path.write_text(
-        f"patchkit {__version__} on Python {platform.python_version()} ({platform.platform()})\n"
-        f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
-    )
-    return path
+def write_crash_log(command: str, exc: BaseException) -> Path | None:
+    """The traceback in ``<home>/logs/crash-<command>-<time>-<pid>.log``; None if it cannot be written."""
+    try:
+        directory = crash_log_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        path = directory / f"crash-{command.replace(' ', '-')}-{stamp}-{os.getpid()}.log"
+        path.write_text(
+            f"patchkit {__version__} on Python {platform.python_version()} ({platform.platform()})\n"
+            f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
+        )
+        return path
+    except OSError:
+        return None
+
+
+def interrupted_message(command: str, signal_name: str | None) -> str:
+    what = _INTERRUPTED.get(command, "nothing was changed")
+    how = f" by {signal_name}" if signal_name in ("SIGTERM", "SIGINT") else ""
+    return f"interrupted{how}; {what}"
 
 
 @contextlib.contextmanager
-def handle_errors(command: str, as_json: bool) -> Iterator[None]:
-    """Map exceptions to exit codes: PatchkitError -> its code, Ctrl-C -> 130, anything else -> 3."""
+def handle_errors(command: str, as_json: bool, report: Report) -> Iterator[None]:
+    """Map exceptions to exit codes (see the module docstring); ``report`` prints the error."""
     try:
         yield
-    except PatchkitError as error:
-        render.emit_error(command, error, as_json)
+    except Internal as error:
+        log = write_crash_log(command, error)
+        report(command, error, as_json, str(log) if log else None)
         sys.exit(error.exit_code)
-    except KeyboardInterrupt:
-        render.emit_error(command, Interrupted("interrupted; the target was left as it was"), as_json)
+    except PatchkitError as error:
+        report(command, error, as_json, None)
+        sys.exit(error.exit_code)
+    except KeyboardInterrupt as interrupt:
+        name = str(interrupt) if str(interrupt).startswith("SIG") else "SIGINT"
+        report(command, Interrupted(interrupted_message(command, name)), as_json, None)
         sys.exit(EXIT_INTERRUPTED)
-    except Exception as exc:  # noqa: BLE001 - the top-level safety net
+    except Exception as exc:
         log = write_crash_log(command, exc)
-        render.emit_error(command, Internal(f"internal error: {exc!r}"), as_json, str(log))
+        report(command, Internal(f"internal error: {exc!r}"), as_json, str(log) if log else None)
         sys.exit(Internal.exit_code)

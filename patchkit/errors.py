@@ -33,7 +33,7 @@ class PatchkitError(Exception):
     exit_code = EXIT_INTERNAL
 
     def __init__(self, message: str, *, hint: str | None = None, location: Location | None = None):
-        super().__init__(message)
+        Exception.__init__(self, message)  # not super(): a subclass may also be a stdlib exception
         self.message = message
         self.hint = hint
         self.location = location

@@ -157,7 +157,7 @@ class Repo:
     # ------------------------------------------------------------------ running git
     def run_bytes(
         self,
-        *args: str | os.PathLike,
+        *args: str | os.PathLike[str],
         env: Mapping[str, str] | None = None,
         input: bytes | None = None,
         check: bool = True,
@@ -182,7 +182,7 @@ class Repo:
 
     def run(
         self,
-        *args: str | os.PathLike,
+        *args: str | os.PathLike[str],
         env: Mapping[str, str] | None = None,
         input: bytes | str | None = None,
         check: bool = True,
@@ -197,7 +197,7 @@ class Repo:
         """True when ``git args`` exits 0."""
         return self.run_bytes(*args, env=env, check=False)[0] == 0
 
-    def names_z(self, *args: str | os.PathLike) -> list[str]:
+    def names_z(self, *args: str | os.PathLike[str]) -> list[str]:
         """The NUL-separated names a ``-z`` command prints."""
         out = self.run_bytes(*args)[1]
         return [n.decode("utf-8", "surrogateescape") for n in out.split(b"\0") if n]

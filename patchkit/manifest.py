@@ -141,12 +141,12 @@ class Manifest:
         value = self.raw.get(name, {})
         return value if isinstance(value, dict) else {}
 
-    def gate_config(self, gate: str) -> dict[str, Any]:
-        """The ``[verify.<gate>]`` table (``{}`` when absent); a value that is not a table is bad input."""
-        value = self.verify.get(gate, {})
+    def verify_table(self, name: str) -> dict[str, Any]:
+        """``[verify.<name>]`` (a gate's table, or ``env``), ``{}`` when absent; a non-table is bad input."""
+        value = self.verify.get(name, {})
         if not isinstance(value, dict):
-            line = line_of(self.path.read_text(encoding="utf-8", errors="replace"), "verify", gate)
-            raise BadInput(f"[verify] {gate} must be a table", location=Location(str(self.path), line), hint=_HINT)
+            line = line_of(self.path.read_text(encoding="utf-8", errors="replace"), "verify", name)
+            raise BadInput(f"[verify] {name} must be a table", location=Location(str(self.path), line), hint=_HINT)
         return dict(value)
 
     def base_label(self) -> str:

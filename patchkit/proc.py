@@ -17,7 +17,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,12 @@ class RawCompleted:
     stderr: bytes
 
     def text(self) -> Completed:
-        decode = lambda b: b.decode("utf-8", "replace")  # noqa: E731
-        return Completed(args=self.args, returncode=self.returncode, stdout=decode(self.stdout),
-                         stderr=decode(self.stderr))
+        return Completed(args=self.args, returncode=self.returncode, stdout=_decode(self.stdout),
+                         stderr=_decode(self.stderr))
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
 
 
 def _tail(text: str, lines: int = 20) -> str:
@@ -76,7 +80,10 @@ class CommandTimedOut(CommandFailed, subprocess.TimeoutExpired):
             f"command timed out after {timeout:g} s: {' '.join(done.args)}\n"
             f"stdout:\n{_tail(done.stdout)}\nstderr:\n{_tail(done.stderr)}",
         )
-        self.cmd, self.timeout, self.output, self.stderr = list(done.args), timeout, done.stdout, done.stderr
+        # the subprocess.TimeoutExpired attributes (bytes there, text here: what was captured)
+        self.cmd, self.timeout = list(done.args), timeout
+        self.output = self.stdout = done.stdout.encode("utf-8")
+        self.stderr = done.stderr.encode("utf-8")
 
 
 def _newlines(text: str) -> str:
@@ -92,7 +99,7 @@ def _group_kwargs(own_group: bool) -> dict[str, Any]:
 
 
 def run_bytes(
-    args: Sequence[str | os.PathLike],
+    args: Sequence[str | os.PathLike[str]],
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
@@ -126,7 +133,7 @@ def run_bytes(
 
 
 def run(
-    args: Sequence[str | os.PathLike],
+    args: Sequence[str | os.PathLike[str]],
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
@@ -144,5 +151,45 @@ def run(
     done = Completed(args=done.args, returncode=done.returncode, stdout=_newlines(done.stdout),
                      stderr=_newlines(done.stderr))
     if check and done.returncode != 0:
+        raise CommandFailed(done)
+    return done
+
+
+def stream(
+    args: Sequence[str | os.PathLike[str]],
+    on_line: Callable[[str], None],
+    *,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+) -> Completed:
+    """Like :func:`run` with ``check=True``, but hands each output line to ``on_line`` as it comes (for
+    progress: pip's "Collecting ..." lines). stderr is merged into stdout, so the order is kept."""
+    argv = tuple(str(a) for a in args)
+    lines: list[str] = []
+    expired = threading.Event()
+    with subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
+
+        def kill() -> None:
+            expired.set()
+            child.kill()
+
+        timer = threading.Timer(timeout, kill) if timeout else None
+        if timer:
+            timer.start()
+        try:
+            assert child.stdout is not None
+            for line in child.stdout:
+                lines.append(line)
+                on_line(line.rstrip("\n"))
+            returncode = child.wait()
+        finally:
+            if timer:
+                timer.cancel()
+    done = Completed(args=argv, returncode=returncode, stdout="".join(lines), stderr="")
+    if expired.is_set():
+        raise CommandTimedOut(done, timeout or 0)
+    if returncode in (-signal.SIGINT, -signal.SIGTERM):
+        raise KeyboardInterrupt(f"{argv[0]} was interrupted by signal {-returncode}")
+    if returncode != 0:
         raise CommandFailed(done)
     return done

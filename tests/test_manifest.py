@@ -50,7 +50,7 @@ def test_the_shipped_set_reads_into_typed_tables():
     assert man.smoke.max_new_tokens == 64 and man.smoke.startup_timeout_s == 1200.0
     assert man.smoke.prompts == man.set_dir / "smoke" / "prompts.jsonl"
     assert man.smoke.profile_args[:2] == ("--speculative-algorithm", "DDTREE")
-    assert man.verify["source_root"] == "python" and "packages" in man.gate_config("env")
+    assert man.verify["source_root"] == "python" and "packages" in man.verify_table("env")
     assert "server-triton" in man.bundle["profiles"]
 
 
@@ -59,15 +59,15 @@ def test_a_set_without_smoke_verify_or_bundle_gets_defaults(tmp_path):
     assert man.smoke.prompts == man.set_dir / "smoke" / "prompts.jsonl"
     assert (man.smoke.max_new_tokens, man.smoke.grace_period_s, man.smoke.server_args) == (32, 20.0, ())
     assert man.smoke.set_id == "tiny@1.0.0"
-    assert man.verify == {} and man.bundle == {} and man.gate_config("compile") == {}
+    assert man.verify == {} and man.bundle == {} and man.verify_table("compile") == {}
     assert man.git is not None and man.pypi is None and man.lock is None
 
 
-def test_gate_config_is_a_copy_of_the_gate_table(tmp_path):
+def test_verify_table_is_a_copy_of_the_gate_table(tmp_path):
     man = manifest.load(write_set(tmp_path, '\n[verify.xref]\nfamily = "X"\n'))
-    config = man.gate_config("xref")
+    config = man.verify_table("xref")
     config["family"] = "changed"
-    assert man.gate_config("xref") == {"family": "X"}
+    assert man.verify_table("xref") == {"family": "X"}
 
 
 @pytest.mark.parametrize(
@@ -94,7 +94,7 @@ def test_a_table_that_is_a_value_names_the_key_line(tmp_path):
 def test_a_gate_entry_that_is_not_a_table_is_bad_input_with_its_line(tmp_path):
     man = manifest.load(write_set(tmp_path, '\n[verify]\nsource_root = "python"\nxref = "DDTREE"\n'))
     with pytest.raises(BadInput) as info:
-        man.gate_config("xref")
+        man.verify_table("xref")
     assert "[verify] xref must be a table" in info.value.message
     assert info.value.location and info.value.location.line == 16
 

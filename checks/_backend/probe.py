@@ -75,10 +75,11 @@ def _generic_rule(module: ModuleType, args: Any, topk: Any, page_size: Any) -> A
     """The backend the generic (base) default rule picks for ``args`` with the given topk and page
     size, i.e. ignoring any DDTREE-specific default the tree may add."""
     probe = copy.copy(args)
-    probe.speculative_eagle_topk = topk
-    probe.page_size = page_size
+    # SGLang 0.5.17 seals a resolved ServerArgs against attribute writes; the probe is a throwaway copy.
+    object.__setattr__(probe, "speculative_eagle_topk", topk)
+    object.__setattr__(probe, "page_size", page_size)
     if hasattr(type(probe), "_is_ddtree_requested"):
-        probe._is_ddtree_requested = lambda: False
+        object.__setattr__(probe, "_is_ddtree_requested", lambda: False)
     try:
         return probe._get_default_attn_backend(probe.use_mla_backend(), probe.get_model_config())
     except Exception as exc:

@@ -15,6 +15,7 @@ from typing import Any
 from patchkit import proc
 from patchkit.errors import BadInput, Location
 from patchkit.verify.api import VerifyContext
+from patchkit.verify.envs import verify_interpreter
 
 MARKER = "=== patchkit probe rows ==="
 _WORD = re.compile(r"[A-Za-z_]\w{2,}")
@@ -28,11 +29,11 @@ def interpreter(ctx: VerifyContext, gate: str) -> str:
         return override
     if ctx.gate_config(gate).get("interpreter") == "current":
         return sys.executable  # only for self-contained example trees that need nothing installed
-    return str(ctx.isolated_python())
+    return verify_interpreter(ctx).python
 
 
 def source_root(ctx: VerifyContext) -> str:
-    return str(ctx.manifest.get("verify", {}).get("source_root", "python"))
+    return str(ctx.manifest.verify.get("source_root", "python"))
 
 
 def file_digest(path: Path) -> str | None:

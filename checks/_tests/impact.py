@@ -149,7 +149,8 @@ class Snapshot:
         def stale(rel: str, qual: str) -> bool:
             if rel not in current or qual == MODULE:
                 return False  # module-level code of a changed file was compared above: unchanged
-            return current[rel].hashes.get(qual) != self.data["hashes"].get(rel, {}).get(qual)
+            recorded: str | None = self.data["hashes"].get(rel, {}).get(qual)
+            return current[rel].hashes.get(qual) != recorded
 
         if any(stale(rel, qual) for rel, qual in self.data["global"]):
             return None

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TEST_FILE = Path("tests") / "test_vocab_parallel_shards.py"
+# The v1 set's name, then the v2 set's (file names must differ across sets: one pytest session collects both).
+TEST_FILES = (Path("tests") / "test_vocab_parallel_shards.py", Path("tests") / "test_tp_shard_worlds.py")
 MODULE_IN_TREE = Path("python/sglang/srt/speculative/ddtree_utils.py")
 QWEN3_VOCAB = 151936
 
@@ -59,7 +60,7 @@ def module_path(args: argparse.Namespace) -> Path:
 
 def load_test_module(set_dir: Path):
     """The set's vocab-parallel test file as a module (it imports only torch and the stdlib)."""
-    path = set_dir / TEST_FILE
+    path = next((set_dir / name for name in TEST_FILES if (set_dir / name).is_file()), set_dir / TEST_FILES[0])
     if not path.is_file():
         raise BadInput(f"{path} does not exist: is {set_dir} a patch set?")
     spec = importlib.util.spec_from_file_location("vocab_parallel_shards", path)

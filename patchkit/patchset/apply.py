@@ -2,61 +2,55 @@
 
 1. the set must match its lock; the target must be the pinned base (or base + our patch commits),
    with a clean work tree;
-2. every patch is staged in a scratch index (:mod:`patchkit.staging`) and recorded as one commit
-   (author, date, message from the patch header; trailers naming set and patch; committer and
+2. every patch is staged in a scratch index (:mod:`patchkit.patchset.staging`) and recorded as one
+   commit (author, date, message from the patch header; trailers naming set and patch; committer and
    commit date fixed, so the commit ids are reproducible); the final tree is checked against the
-   locked post-image;
-3. only then the journal is written, the branch is moved with a compare-and-swap ``update-ref``,
-   the work tree is updated and the journal deleted (:mod:`patchkit.journal`).
+   locked post-image. New objects stay in quarantine;
+3. only then the target moves, in one step (:meth:`patchkit.patchset.transaction.Transaction.move`):
+   preflight checks, journal, compare-and-swap ``update-ref``, the changed files, the index.
 
-An exception, Ctrl-C or SIGTERM before step 3 leaves the target untouched (only the scratch index
-existed). Signals during step 3 are held until it completes; a kill -9 during step 3 is finished or
-rolled back by the next ``apply`` or ``status``.
+An exception, Ctrl-C or SIGTERM before step 3 leaves the target untouched (not even an object is
+added). Signals during step 3 are held until it completes; a failure inside it is rolled back; a
+kill -9 inside it is finished or rolled back by the next ``apply``, ``status`` or ``refresh``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import sys
-import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from patchkit.patchset import journal, staging
-from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput, Interrupted
-from patchkit.git import Repo, identity_env, open_repo, quarantine
+from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput
+from patchkit.git import Repo, identity_env, open_repo
+from patchkit.patchset import staging, transaction
+from patchkit.patchset.hooks import pause
 from patchkit.patchset.series import PatchSet, load_set, message_with_trailers
-from patchkit.results import CommandResult
+from patchkit.patchset.staging import Conflict, ConflictError, Progress, StagedPatch
 from patchkit.patchset.state import DriftEntry, TargetState, drift_entries, inspect
-from patchkit.patchset.staging import Conflict, ConflictError, Progress
+from patchkit.results import CommandResult
 
-#: Test hook: comma-separated step names at which apply prints a marker and sleeps.
-PAUSE_ENV = "PATCHKIT_TEST_PAUSE"
-PAUSE_SECONDS_ENV = "PATCHKIT_TEST_PAUSE_S"
+ApplyState = Literal["applied", "already-applied", "dry-run", "conflict", "drift"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PatchCommit:
     patch: str
     subject: str
     commit: str | None  # None in a dry run
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ApplyResult(CommandResult):
     target: str
     set: str
-    state: str  # "applied", "already-applied", "dry-run", "conflict", "drift"
+    state: ApplyState
     head_before: str
     head_after: str
     patches: tuple[PatchCommit, ...]
     conflict: Conflict | None = None
     drift: tuple[DriftEntry, ...] = ()
-    recovered: str | None = None
+    recovered: str | None = None  # what recovery did with an interrupted earlier move, if anything
 
     @property
     def exit_code(self) -> int:
@@ -67,57 +61,76 @@ def apply(set_dir: Path, target: Path, *, dry_run: bool = False, progress: Progr
     """Apply the set at ``set_dir`` to the git tree ``target`` (see the module docstring)."""
     pset = load_set(set_dir)
     repo = open_repo(target)
-    if dry_run and journal.path_of(repo).exists():
+    if dry_run and transaction.pending(repo):
         raise BadInput(
             "an interrupted apply left a journal in the target", hint="run `patchkit apply` to finish it first"
         )
-    recovered = journal.recover(repo) if not dry_run else None
-    state = inspect(repo, pset.manifest)
-    result = _Outcome(pset, target, state, recovered)
-    if state.base_commit is None:
-        raise _not_base(repo, pset, state)
-    if state.applied or state.foreign:
-        return _already_or_drift(repo, pset, state, result)
-    if state.dirty:
-        raise BadInput(
-            f"the target has uncommitted changes: {', '.join(e.path for e in state.dirty[:10])}",
-            hint="commit, stash or remove them; apply needs a clean pinned base",
-        )
-    with quarantine(repo) as held:
+    with transaction.begin(repo, command="apply", read_only=dry_run, progress=progress) as txn:
+        state = inspect(repo, pset.manifest)
+        outcome = _Outcome(pset=pset, target=target, state=state, recovered=txn.recovered)
+        refusal = _refusal(repo, pset, state)
+        if refusal:
+            raise refusal
+        if state.applied or state.foreign:
+            return _already_or_drift(repo, pset, state, outcome)
         try:
-            commits = build_commits(held.repo, pset, state.head, dry_run, progress)
+            commits = build_commits(txn.staging, pset, state.head, dry_run, progress)
         except ConflictError as error:
-            return result.make(False, "conflict", state.head, conflict=error.conflict)
+            return outcome.make(ok=False, kind="conflict", head_after=state.head, conflict=error.conflict)
         if dry_run:
-            return result.make(True, "dry-run", state.head, commits)
-        held.publish()
-    new_head = commits[-1].commit if commits else state.head
-    assert new_head is not None
-    if new_head != state.head:  # an empty series has nothing to move
-        move_branch(repo, state, new_head, pset.manifest.label)
-    return result.make(True, "applied", new_head, commits)
+            return outcome.make(ok=True, kind="dry-run", head_after=state.head, patches=commits)
+        new_head = commits[-1].commit if commits else state.head
+        assert new_head is not None
+        if new_head != state.head:  # an empty series has nothing to move
+            if progress:
+                progress(f"updating {target}")
+            txn.move(ref=state.ref, old=state.head, new=new_head, label=pset.manifest.label)
+    return outcome.make(ok=True, kind="applied", head_after=new_head, patches=commits)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Outcome:
     pset: PatchSet
     target: Path
     state: TargetState
     recovered: str | None
 
-    def make(self, ok: bool, kind: str, head_after: str, patches=(), **extra) -> ApplyResult:
+    def make(
+        self,
+        *,
+        ok: bool,
+        kind: ApplyState,
+        head_after: str,
+        patches: Iterable[PatchCommit] = (),
+        conflict: Conflict | None = None,
+        drift: tuple[DriftEntry, ...] = (),
+    ) -> ApplyResult:
         return ApplyResult(
-            "apply",
-            ok,
-            str(self.target),
-            self.pset.manifest.label,
-            kind,
-            self.state.head,
-            head_after,
-            tuple(patches),
+            command="apply",
+            ok=ok,
+            target=str(self.target),
+            set=self.pset.manifest.label,
+            state=kind,
+            head_before=self.state.head,
+            head_after=head_after,
+            patches=tuple(patches),
+            conflict=conflict,
+            drift=drift,
             recovered=self.recovered,
-            **extra,
         )
+
+
+def _refusal(repo: Repo, pset: PatchSet, state: TargetState) -> BadInput | None:
+    """Why the target cannot take the set at all (wrong base, dirty base), or None."""
+    if state.base_commit is None:
+        return _not_base(repo, pset, state)
+    if not (state.applied or state.foreign) and state.dirty:
+        shown = ", ".join(e.path for e in state.dirty[:10]) + (" ..." if len(state.dirty) > 10 else "")
+        return BadInput(
+            f"the target has uncommitted changes: {shown}",
+            hint="commit, stash or remove them; apply needs a clean pinned base",
+        )
+    return None
 
 
 def _not_base(repo: Repo, pset: PatchSet, state: TargetState) -> BadInput:
@@ -135,7 +148,7 @@ def _not_base(repo: Repo, pset: PatchSet, state: TargetState) -> BadInput:
     )
 
 
-def _already_or_drift(repo: Repo, pset: PatchSet, state: TargetState, result: _Outcome) -> ApplyResult:
+def _already_or_drift(repo: Repo, pset: PatchSet, state: TargetState, outcome: _Outcome) -> ApplyResult:
     others = {c.set for c in state.applied} - {pset.manifest.label}
     if others:
         raise BadInput(
@@ -144,9 +157,12 @@ def _already_or_drift(repo: Repo, pset: PatchSet, state: TargetState, result: _O
         )
     drift = drift_entries(repo, pset, state)
     if not drift:
-        done = [PatchCommit(c.patch, repo.run("log", "-1", "--format=%s", c.commit), c.commit) for c in state.applied]
-        return result.make(True, "already-applied", state.head, done)
-    return result.make(False, "drift", state.head, drift=tuple(drift))
+        done = [
+            PatchCommit(patch=c.patch, subject=repo.run("log", "-1", "--format=%s", c.commit), commit=c.commit)
+            for c in state.applied
+        ]
+        return outcome.make(ok=True, kind="already-applied", head_after=state.head, patches=done)
+    return outcome.make(ok=False, kind="drift", head_after=state.head, drift=tuple(drift))
 
 
 def build_commits(
@@ -154,83 +170,32 @@ def build_commits(
 ) -> list[PatchCommit]:
     """Stage the series on ``parent`` and (unless ``dry_run``) record one commit per patch."""
     commits: list[PatchCommit] = []
-    head = [parent]
-
-    def record(staged: staging.StagedPatch) -> None:
-        header = staged.patch.header
+    staged: list[StagedPatch] = []
+    head = parent
+    for done in staging.stage_series(repo, parent, pset, progress):
+        staged.append(done)
+        header = done.patch.header
         commit = None
         if not dry_run:
-            message = message_with_trailers(header, pset.manifest.label, staged.patch.name)
+            message = message_with_trailers(header, pset.manifest.label, done.patch.name)
             env = identity_env(header.author_name, header.author_email, header.date)
-            commit = repo.run(
-                "commit-tree", "--no-gpg-sign", staged.tree, "-p", head[0], "-F", "-", env=env, input=message
-            )
-            head[0] = commit
-        commits.append(PatchCommit(staged.patch.name, header.subject, commit))
+            commit = repo.run("commit-tree", "--no-gpg-sign", done.tree, "-p", head, "-F", "-", env=env, input=message)
+            head = commit
+        commits.append(PatchCommit(patch=done.patch.name, subject=header.subject, commit=commit))
         pause(f"staged-{len(commits)}")
-
-    staged = staging.stage_series(repo, parent, pset, progress, after_each=record)
     check_post_image(repo, pset, staged)
     return commits
 
 
-def check_post_image(repo: Repo, pset: PatchSet, staged: list[staging.StagedPatch]) -> None:
+def check_post_image(repo: Repo, pset: PatchSet, staged: list[StagedPatch]) -> None:
     """The staged result must hash exactly as the lock says; else the lock is stale."""
     lock = pset.manifest.lock
     assert lock is not None
-    touched = set().union(*(s.touched for s in staged)) if staged else set()
-    final = staged[-1].tree if staged else None
-    actual = staging.post_image(repo, final, touched) if final else {}
+    touched: set[str] = set().union(*(s.touched for s in staged)) if staged else set()
+    actual = staging.post_image(repo, staged[-1].tree, touched) if staged else {}
     if actual != lock.post_image:
         wrong = sorted(p for p in set(actual) | set(lock.post_image) if actual.get(p) != lock.post_image.get(p))
         raise BadInput(
             f"the series' result differs from the locked post-image in: {', '.join(wrong[:10])}",
             hint=f"if the patches are right, run `patchkit lock --set {pset.set_dir}` and commit",
         )
-
-
-def move_branch(repo: Repo, state: TargetState, new_head: str, set_label: str) -> None:
-    """Journal, compare-and-swap the ref, update the work tree, drop the journal; signals held."""
-    with signals_held():
-        journal.write(repo, state.ref, state.head, new_head, set_label)
-        pause("journal")
-        no_deref = ["--no-deref"] if state.ref == "HEAD" else []
-        repo.run("update-ref", *no_deref, "-m", f"patchkit apply {set_label}", state.ref, new_head, state.head)
-        pause("ref-moved")
-        repo.run("read-tree", "-m", "-u", state.head, new_head)
-        journal.remove(repo)
-
-
-_held_signals: list[int] = []
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while the ref and work tree move; raise Interrupted afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received = _held_signals
-    received.clear()
-    previous = {
-        s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    if received:
-        raise Interrupted(
-            "interrupted while the branch moved; the apply was completed first (the tree is fully patched)"
-        )
-
-
-def pause(step: str) -> None:
-    """Test hook: print a marker and sleep at ``step`` when PATCHKIT_TEST_PAUSE names it."""
-    if step in os.environ.get(PAUSE_ENV, "").split(","):
-        sys.stderr.write(f"patchkit-test-pause: {step}\n")
-        sys.stderr.flush()
-        deadline = time.monotonic() + float(os.environ.get(PAUSE_SECONDS_ENV, "30"))
-        while time.monotonic() < deadline and not _held_signals:  # a held signal ends the pause
-            time.sleep(0.05)

@@ -9,6 +9,7 @@ git bases (or ``--from-git PATH``): a local clone checked out at the pinned comm
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -18,26 +19,27 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from patchkit import paths, proc
+from patchkit import fsutil, paths, proc
 from patchkit.errors import BadInput, Location
 from patchkit.git import PATCHKIT_EMAIL, PATCHKIT_NAME, Repo, identity_env, init_repo
-from patchkit.manifest import Manifest, PypiBase
-from patchkit.patchset.series import sha256_file
-from patchkit.results import CommandResult
-from patchkit.patchset.safety import path_problem
-from patchkit.patchset.staging import Progress
+from patchkit.manifest import BaseKind, Manifest, PypiBase
 from patchkit.patchset import state
+from patchkit.patchset.safety import path_problem
+from patchkit.patchset.series import sha256_file
+from patchkit.patchset.staging import Progress
+from patchkit.results import CommandResult
 
 BRANCH = "patchkit"
 #: Author/committer date of every base commit (fixed so the commit id is reproducible).
 BASE_DATE = "2026-01-01T00:00:00+0000"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BaseResult(CommandResult):
     path: str
-    kind: str  # "pypi" or "git"
+    kind: BaseKind
     commit: str
     tree: str
     cached: bool  # True when the tree already existed: nothing was downloaded or extracted
@@ -46,15 +48,8 @@ class BaseResult(CommandResult):
     downloaded: bool = False  # True when pip downloaded the wheel in this call
 
 
-def default_dest(manifest: Manifest) -> Path:
-    """``<home>/trees/<package>-<version>`` (pypi) or ``<home>/trees/<repo>-<commit12>`` (git)."""
-    if manifest.base_kind == "pypi" and manifest.pypi:
-        return paths.trees_dir() / f"{manifest.pypi.package}-{manifest.pypi.version}"
-    assert manifest.git is not None
-    name = re.sub(r"\.git$", "", manifest.git.url.rstrip("/").rsplit("/", 1)[-1]) or "repo"
-    return paths.trees_dir() / f"{name}-{manifest.git.commit[:12]}"
-
-
+#: The default base tree of a set (kept here under its old name; the definition lives in paths).
+default_dest = paths.default_target
 
 
 def fetch(
@@ -62,9 +57,12 @@ def fetch(
 ) -> BaseResult:
     """Provide the base tree at ``dest`` (default :func:`default_dest`); reuse it when present."""
     dest = Path(dest) if dest else default_dest(manifest)
-    if from_git is not None or manifest.base_kind == "git":
-        return _fetch_git(manifest, dest, from_git)
-    return _fetch_pypi(manifest, dest, progress)
+    key = hashlib.sha256(str(dest.absolute()).encode()).hexdigest()[:16]
+    with fsutil.file_lock(paths.locks_dir() / f"tree-{key}.lock", what=f"the base tree {dest}",
+                          holder=f"another patchkit base fetch (pid {os.getpid()})", on_wait=progress):
+        if from_git is not None or manifest.base_kind == "git":
+            return _fetch_git(manifest, dest, from_git)
+        return _fetch_pypi(manifest, dest, progress)
 
 
 # ---------------------------------------------------------------------- pypi
@@ -74,15 +72,18 @@ def _fetch_pypi(manifest: Manifest, dest: Path, progress: Progress | None) -> Ba
     existing = _existing_base(manifest, dest)
     if existing:
         tree = Repo(dest).tree_of(existing)
-        return BaseResult("base fetch", True, str(dest), "pypi", existing, tree, True, pypi.wheel, pypi.sha256)
+        return _result(dest, "pypi", existing, tree, cached=True, wheel=pypi.wheel, wheel_sha256=pypi.sha256)
     wheel, downloaded = cached_wheel(pypi, progress)
     if progress:
         progress(f"extracting {pypi.wheel}")
     commit = _build_tree(pypi, wheel, dest)
     tree = Repo(dest).tree_of(commit)
-    return BaseResult(
-        "base fetch", True, str(dest), "pypi", commit, tree, False, pypi.wheel, pypi.sha256, downloaded=downloaded
-    )
+    return _result(dest, "pypi", commit, tree, cached=False, wheel=pypi.wheel, wheel_sha256=pypi.sha256,
+                   downloaded=downloaded)
+
+
+def _result(dest: Path, kind: BaseKind, commit: str, tree: str, **rest: Any) -> BaseResult:
+    return BaseResult(command="base fetch", ok=True, path=str(dest), kind=kind, commit=commit, tree=tree, **rest)
 
 
 def _existing_base(manifest: Manifest, dest: Path) -> str | None:
@@ -101,13 +102,21 @@ def _existing_base(manifest: Manifest, dest: Path) -> str | None:
 def cached_wheel(pypi: PypiBase, progress: Progress | None = None) -> tuple[Path, bool]:
     """The verified wheel in the cache, downloading it if needed; (path, downloaded)."""
     wheel = paths.cache_dir() / pypi.wheel
-    if wheel.is_file() and sha256_file(wheel) == pypi.sha256:
-        return wheel, False
+    for candidate in (wheel, paths.legacy_cache_dir() / pypi.wheel):  # the home's own cache, before sharing
+        if candidate.is_file() and sha256_file(candidate) == pypi.sha256:
+            return candidate, False
     paths.cache_dir().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="download-", dir=paths.cache_dir()) as tmp:
         if progress:
             progress(f"downloading {pypi.wheel} with pip")
-        proc.run(pip_download_command(pypi, Path(tmp)))
+        try:
+            proc.run(pip_download_command(pypi, Path(tmp)))
+        except proc.CommandFailed as failed:
+            raise BadInput(
+                f"could not download {pypi.wheel} with pip (exit {failed.completed.returncode}): "
+                f"{_last_line(failed.completed.stderr)}",
+                hint=f"check the network or pip's index settings, or put the wheel into {paths.cache_dir()}",
+            ) from None
         got = Path(tmp) / pypi.wheel
         if not got.is_file():
             raise BadInput(f"pip did not produce {pypi.wheel} (found: {sorted(os.listdir(tmp))})")
@@ -119,6 +128,11 @@ def cached_wheel(pypi: PypiBase, progress: Progress | None = None) -> tuple[Path
             )
         got.replace(wheel)
     return wheel, True
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
 
 
 def pip_download_command(pypi: PypiBase, dest: Path) -> list[str]:
@@ -145,7 +159,7 @@ def pip_download_command(pypi: PypiBase, dest: Path) -> list[str]:
         argv += ["--abi", abi_tag]
     for platform in platform_tag.split("."):
         argv += ["--platform", platform]
-    return argv + [f"{pypi.package}=={pypi.version}"]
+    return [*argv, f"{pypi.package}=={pypi.version}"]
 
 
 def _build_tree(pypi: PypiBase, wheel: Path, dest: Path) -> str:
@@ -207,13 +221,15 @@ def _fetch_git(manifest: Manifest, dest: Path, from_git: Path | None) -> BaseRes
             raise BadInput(f"{dest} exists and is not a git repository", hint="remove it or pass --dest")
         if not repo.rev(commit):
             raise BadInput(f"{dest} exists but does not hold commit {commit}", hint="remove it or pass --dest")
-        return BaseResult("base fetch", True, str(dest), "git", commit, repo.tree_of(commit), True)
+        return _result(dest, "git", commit, repo.tree_of(commit), cached=True)
     source = str(from_git) if from_git is not None else manifest.git.url
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
-        repo = Repo(dest.parent)
-        repo.run("clone", "-q", "--no-checkout", source, staging)
+        status, _, err = Repo(dest.parent).run_bytes("clone", "-q", "--no-checkout", source, staging, check=False)
+        if status != 0:
+            raise BadInput(f"could not clone {source}: {_last_line(err)}",
+                           hint="check the [base.git] url (or the --from-git path) and the network")
         clone = Repo(staging)
         if not clone.rev(commit):
             raise BadInput(f"commit {commit} is not in {source}", hint="fetch it there first or fix [base.git] commit")
@@ -221,20 +237,12 @@ def _fetch_git(manifest: Manifest, dest: Path, from_git: Path | None) -> BaseRes
         staging.rename(dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return BaseResult("base fetch", True, str(dest), "git", commit, Repo(dest).tree_of(commit), False)
+    return _result(dest, "git", commit, Repo(dest).tree_of(commit), cached=False)
 
 
-def resolve_set(set_dir: Path | None) -> Path:
-    """``set_dir``, or the newest set under ddtree_patches/."""
-    return Path(set_dir) if set_dir else paths.default_set_dir()
-
-
-def locate(set_dir: Path | None, target: Path | None) -> tuple[Path, Path]:
-    """The set directory (default: newest under ddtree_patches/) and target tree (default: the base dest)."""
-    from patchkit.manifest import load  # the manifest is read only to find the default target
-
-    set_dir = Path(set_dir) if set_dir else paths.default_set_dir()
-    return set_dir, Path(target) if target else default_dest(load(set_dir))
+#: CLI defaults, kept here for callers that import them from base (they live in paths).
+resolve_set = paths.resolve_set
+locate = paths.locate
 
 
 def fetch_for_set(
@@ -243,5 +251,4 @@ def fetch_for_set(
     """``patchkit base fetch``: :func:`fetch` for the set's manifest."""
     from patchkit.manifest import load
 
-    set_dir = Path(set_dir) if set_dir else paths.default_set_dir()
-    return fetch(load(set_dir), dest, from_git, progress)
+    return fetch(load(paths.resolve_set(set_dir)), dest, from_git, progress)

@@ -5,6 +5,13 @@ block removed); a commit whose ``Patchkit-Patch`` trailer names a patch keeps th
 commits get ``NNNN-subject.patch``. Series and lock are rewritten. Changes are summarised per patch;
 a patch whose *context* changed while its own +/- lines did not (the signature of fuzz or an upstream
 move) is reported loudly and nothing is written unless ``--accept-context``.
+
+Refresh never removes a patch implicitly: a target without commits after the base (a fresh base, a
+failed apply) or one that lacks some of the set's patches is refused (exit 2) unless
+``--allow-remove`` says so. Everything is computed and checked first (the new lock, and that the new
+set reproduces HEAD's tree exactly); then patches, series and manifest are written as one
+transaction (:func:`patchkit.patchset.transaction.write_files`), and the result names every file
+written, or says that nothing changed.
 """
 
 from __future__ import annotations
@@ -12,21 +19,30 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
-import unidiff
+from unidiff.patch import PatchSet as UnidiffPatchSet
 
-from patchkit.patchset import journal
 from patchkit import manifest as manifest_mod
+from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput, Internal
+from patchkit.git import Repo, identity_env, open_repo
 from patchkit.patchset import base as base_mod
-from patchkit.errors import BadInput, EXIT_FAILED, EXIT_OK, Internal
-from patchkit.git import Repo, identity_env, open_repo, quarantine
-from patchkit.patchset.lock import compute_lock
-from patchkit.patchset.series import SERIES_NAME, Patch, PatchSet, load_set, parse_patch, read_series, split_trailers
-from patchkit.results import CommandResult
+from patchkit.patchset import state, transaction
+from patchkit.patchset.lock import compute_lock, manifest_with_lock
+from patchkit.patchset.series import (
+    SERIES_NAME,
+    Patch,
+    PatchSet,
+    parse_patch,
+    parse_patch_bytes,
+    read_series,
+    split_trailers,
+)
 from patchkit.patchset.staging import Progress, stage_series
-from patchkit.patchset import state
+from patchkit.results import CommandResult
 
 #: format-patch options: stable output (no commit ids, no version signature, full blob ids).
 FORMAT_OPTIONS = (
@@ -44,22 +60,32 @@ FORMAT_OPTIONS = (
 )
 
 
-@dataclass(frozen=True)
+ChangeStatus = Literal[
+    "unchanged", "content changed", "context or offset changed", "message changed", "new", "removed"
+]
+RefreshState = Literal["written", "unchanged", "blocked"]
+
+
+@dataclass(frozen=True, kw_only=True)
 class PatchChange:
     patch: str
-    status: str  # "unchanged", "content changed", "context or offset changed", "message changed", "new", "removed"
+    status: ChangeStatus
     context_changed: bool = False  # hunks with the same +/- lines now have different context
     added: int = 0  # +/- lines present in the new patch but not the old
     removed: int = 0  # ... and the other way round
     detail: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RefreshResult(CommandResult):
     set: str
     target: str
-    written: bool
+    written: bool  # True when files of the set were written (or deleted)
     changes: tuple[PatchChange, ...]
+    state: RefreshState = "unchanged"
+    files_written: tuple[str, ...] = ()  # set files whose bytes changed (patches, series, manifest.toml)
+    files_removed: tuple[str, ...] = ()  # patch files deleted (with --allow-remove)
+    recovered: str | None = None  # what recovery did with an interrupted earlier write or apply
 
     @property
     def exit_code(self) -> int:
@@ -67,30 +93,89 @@ class RefreshResult(CommandResult):
 
 
 def refresh(
-    set_dir: Path, target: Path, *, accept_context: bool = False, progress: Progress | None = None
+    set_dir: Path,
+    target: Path,
+    *,
+    accept_context: bool = False,
+    allow_remove: bool = False,
+    progress: Progress | None = None,
 ) -> RefreshResult:
     """Regenerate the set at ``set_dir`` from the commits on top of the base in ``target``."""
     set_dir = Path(set_dir)
+    with transaction.set_lock(set_dir, "refresh", progress):
+        recovered = transaction.recover_files(set_dir, "refresh")
+        transaction.remove_stray_temps(set_dir)
+        repo = open_repo(target)
+        with transaction.begin(repo, command="refresh", progress=progress) as txn:
+            result = _refresh(set_dir, repo, txn, accept_context=accept_context, allow_remove=allow_remove,
+                              progress=progress)
+    notes = [n for n in (recovered, txn.recovered) if n]
+    return dataclasses.replace(result, recovered="; ".join(notes) or None)
+
+
+def _refresh(
+    set_dir: Path,
+    repo: Repo,
+    txn: transaction.Transaction,
+    *,
+    accept_context: bool,
+    allow_remove: bool,
+    progress: Progress | None,
+) -> RefreshResult:
     man = manifest_mod.load(set_dir)
     old = {p.name: p for p in (parse_patch(set_dir / e.name) for e in read_series(set_dir))}
-    repo = open_repo(target)
-    journal.recover(repo)
-    if repo.porcelain_status():
-        raise BadInput("the target has uncommitted changes", hint="commit (or amend) them first; refresh reads commits")
-    base = _base_commit(repo, PatchSet(man, tuple(old.values())), progress)
+    dirty = [e for e in repo.status_entries() if not state.is_bytecode(e.path)]
+    if dirty:
+        raise BadInput(
+            f"the target has uncommitted changes: {', '.join(e.path for e in dirty[:10])}",
+            hint="commit (or amend) them first; refresh reads commits",
+        )
+    base = _base_commit(repo, PatchSet(manifest=man, patches=tuple(old.values())), progress)
     if repo.run("rev-list", "--min-parents=2", f"{base}..HEAD"):
         raise BadInput("there are merge commits after the base", hint="rebase them into a linear series")
     commits = repo.first_parent_log(base)
-    with quarantine(repo) as held:  # the scratch commits and trees never reach the target's object store
-        new = render_patches(held.repo, commits, man.label)
-        changes = [_compare(old.get(name), name, text) for name, text in new] + [
-            PatchChange(name, "removed") for name in old if name not in dict(new)
-        ]
-        blocked = any(c.context_changed for c in changes) and not accept_context
-        if not blocked:
-            _write(held.repo, set_dir, base, old, new, progress)
-            _check_round_trip(held.repo, set_dir, base)
-    return RefreshResult("refresh", not blocked, man.label, str(target), not blocked, tuple(changes))
+    new = render_patches(txn.staging, commits, man.label)
+    changes = [_compare(old.get(name), name, text) for name, text in new] + [
+        PatchChange(patch=name, status="removed") for name in old if name not in dict(new)
+    ]
+    _refuse_removal(repo, man.label, base, commits, changes, allow_remove)
+    def result(**outcome: Any) -> RefreshResult:
+        return RefreshResult(command="refresh", set=man.label, target=str(repo.path), changes=tuple(changes), **outcome)
+
+    if any(c.context_changed for c in changes) and not accept_context:
+        return result(ok=False, written=False, state="blocked")
+    contents = _new_contents(txn.staging, set_dir, base, old, new, progress)
+    names = transaction.write_files(set_dir, contents, command="refresh")
+    return result(
+        ok=True,
+        written=bool(names),
+        state="written" if names else "unchanged",
+        files_written=tuple(n for n in names if contents[n] is not None),
+        files_removed=tuple(n for n in names if contents[n] is None),
+    )
+
+
+def _refuse_removal(
+    repo: Repo, label: str, base: str, commits: list[str], changes: list[PatchChange], allow_remove: bool
+) -> None:
+    """Removing patches is never implicit: exit 2 unless --allow-remove."""
+    removed = [c.patch for c in changes if c.status == "removed"]
+    if not removed or allow_remove:
+        return
+    shown = ", ".join(removed[:5]) + (" ..." if len(removed) > 5 else "")
+    if not commits:
+        raise BadInput(
+            f"{repo.path} has no commits after the base ({base[:12]}): refresh would remove all "
+            f"{len(removed)} patches of {label} ({shown}); nothing was written",
+            hint=f"refresh reads the commits of a patched tree: run `patchkit apply --target {repo.path}` first "
+            "(or `patchkit status` if an apply failed); to empty the set on purpose, pass --allow-remove",
+        )
+    raise BadInput(
+        f"refresh would remove {len(removed)} patch(es) of {label} whose commits are not in {repo.path}: {shown}; "
+        "nothing was written",
+        hint="if you dropped those commits on purpose, re-run with --allow-remove; otherwise check the target "
+        "with `patchkit status`",
+    )
 
 
 def _base_commit(repo: Repo, pset: PatchSet, progress: Progress | None) -> str:
@@ -138,48 +223,54 @@ def _unique(name: str, used: set[str]) -> str:
     return name
 
 
-def _write(
-    repo: Repo, set_dir: Path, base: str, old: dict[str, Patch], new: list[tuple[str, bytes]], progress: Progress | None
-) -> None:
-    for name, data in new:
-        path = set_dir / name
-        if not path.exists() or path.read_bytes() != data:
-            path.write_bytes(data)
-    _write_series(set_dir, list(old), [name for name, _ in new])
-    for name in old:
-        if name not in dict(new):
-            (set_dir / name).unlink()
-    pset = load_set(set_dir, check_lock=False)
-    manifest_mod.write_lock(set_dir, compute_lock(pset, repo, base, progress))
+def _new_contents(
+    repo: Repo, set_dir: Path, base: str, old: Mapping[str, Patch], new: list[tuple[str, bytes]],
+    progress: Progress | None,
+) -> dict[str, bytes | None]:
+    """Every file of the refreshed set (None: delete), computed and checked before anything is written."""
+    contents: dict[str, bytes | None] = dict(new)
+    contents |= {name: None for name in old if name not in contents}
+    series = set_dir / SERIES_NAME
+    old_series = series.read_text(encoding="utf-8") if series.exists() else ""
+    contents[SERIES_NAME] = _series_text(old_series, list(old), [name for name, _ in new]).encode("utf-8")
+    patches = tuple(parse_patch_bytes(set_dir / name, data) for name, data in new)
+    man = manifest_mod.load(set_dir, with_lock=False)
+    pset = PatchSet(manifest=man, patches=patches)
+    _check_round_trip(repo, pset, base)
+    contents[manifest_mod.MANIFEST_NAME] = manifest_with_lock(set_dir, compute_lock(pset, repo, base, progress))
+    return contents
 
 
-def _write_series(set_dir: Path, old_names: list[str], names: list[str]) -> None:
-    path = set_dir / SERIES_NAME
-    old_text = path.read_text(encoding="utf-8") if path.exists() else ""
+def _series_text(old_text: str, old_names: list[str], names: list[str]) -> str:
     if old_text and old_names == names:
-        return  # keep comments and layout when the order did not change
+        return old_text  # keep comments and layout when the order did not change
     header = []
     for line in old_text.splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
             break
         header.append(line)
-    path.write_text("\n".join(header + names) + "\n", encoding="utf-8")
+    return "\n".join(header + names) + "\n"
 
 
-def _check_round_trip(repo: Repo, set_dir: Path, base: str) -> None:
-    """The written set must reproduce HEAD's tree exactly; anything else is a patchkit bug."""
-    pset = load_set(set_dir)
-    staged = stage_series(repo, base, pset)
+def _check_round_trip(repo: Repo, pset: PatchSet, base: str) -> None:
+    """The new set must reproduce HEAD's tree exactly; anything else is a patchkit bug."""
+    staged = list(stage_series(repo, base, pset))
     final = staged[-1].tree if staged else repo.tree_of(base)
     if final != repo.tree_of("HEAD"):
-        raise Internal(f"refreshed set does not reproduce HEAD's tree ({final} != {repo.tree_of('HEAD')})")
+        raise Internal(f"the refreshed set does not reproduce HEAD's tree ({final} != {repo.tree_of('HEAD')}); "
+                       "nothing was written")
 
 
 # ---------------------------------------------------------------------- comparing old and new
-def _changes_and_context(diff_text: str) -> tuple[list, list]:
+_HunkDelta = tuple[str, tuple[str, ...]]
+_HunkContext = tuple[str, tuple[str, ...], tuple[str, ...], int]
+
+
+def _changes_and_context(diff_text: str) -> tuple[list[_HunkDelta], list[_HunkContext]]:
     """Per hunk: (file, +/- lines) and (file, +/- lines, context lines, source start)."""
-    changes, contexts = [], []
-    for pfile in unidiff.PatchSet(diff_text):
+    changes: list[_HunkDelta] = []
+    contexts: list[_HunkContext] = []
+    for pfile in UnidiffPatchSet(diff_text):
         for hunk in pfile:
             delta = tuple(str(line) for line in hunk if line.is_added or line.is_removed)
             context = tuple(line.value for line in hunk if line.is_context)
@@ -190,9 +281,9 @@ def _changes_and_context(diff_text: str) -> tuple[list, list]:
 
 def _compare(old: Patch | None, name: str, data: bytes) -> PatchChange:
     if old is None:
-        return PatchChange(name, "new")
+        return PatchChange(patch=name, status="new")
     if old.data == data:
-        return PatchChange(name, "unchanged")
+        return PatchChange(patch=name, status="unchanged")
     new_diff = data[data.find(b"\ndiff --git ") + 1 :].decode("utf-8", "surrogateescape")
     new_changes, new_ctx = _changes_and_context(new_diff)
     old_changes, old_ctx = _changes_and_context(old.diff_text)
@@ -201,9 +292,12 @@ def _compare(old: Patch | None, name: str, data: bytes) -> PatchChange:
     new_lines = Counter(line for _, delta in new_changes for line in delta)
     old_lines = Counter(line for _, delta in old_changes for line in delta)
     added, removed = sum((new_lines - old_lines).values()), sum((old_lines - new_lines).values())
+    status: ChangeStatus
     if new_changes != old_changes:
         status = "content changed"
     else:
         status = "message changed" if new_diff == old.diff_text else "context or offset changed"
     detail = f"context changed in {', '.join(sorted(set(context_moved)))}" if context_moved else ""
-    return PatchChange(name, status, bool(context_moved), added, removed, detail)
+    return PatchChange(
+        patch=name, status=status, context_changed=bool(context_moved), added=added, removed=removed, detail=detail
+    )

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
-import unidiff
+from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchSet as UnidiffPatchSet
 
 from patchkit.errors import BadInput, Location
 from patchkit.patchset.series import Patch
@@ -41,7 +42,7 @@ class FileChange:
     copied_from: str | None = None
     binary: bool = False
     added_lines: list[str] = field(default_factory=list)
-    names: list[tuple[str, int]] = field(default_factory=list)  # every path named, with its line
+    names: list[tuple[str, int | None]] = field(default_factory=list)  # every path named, with its line
 
     @property
     def is_symlink(self) -> bool:
@@ -108,8 +109,9 @@ def scan(patch: Patch) -> list[FileChange]:
             names = _split_diff_git(line[len("diff --git ") :])
             if len(names) != 2:
                 raise UnsafePatch(f"cannot read the file names of {line!r}", location=where)
-            current = FileChange(number, _strip_prefix(names[0], "a/", where), _strip_prefix(names[1], "b/", where))
-            current.names += [(current.old_path, number), (current.new_path, number)]
+            old_path, new_path = _strip_prefix(names[0], "a/", where), _strip_prefix(names[1], "b/", where)
+            current = FileChange(number, old_path, new_path)
+            current.names += [(old_path, number), (new_path, number)]
             changes.append(current)
             in_hunk = False
         elif not changes:
@@ -215,8 +217,8 @@ def _cross_check_unidiff(patch: Patch, changes: list[FileChange]) -> None:
     """A second parser must see the same files, all of them safe."""
     where = Location(str(patch.path))
     try:
-        parsed = unidiff.PatchSet(patch.diff_text)
-    except unidiff.UnidiffParseError as exc:
+        parsed = UnidiffPatchSet(patch.diff_text)
+    except UnidiffParseError as exc:
         raise BadInput(f"malformed diff: {exc}", location=where) from exc
     if len(parsed) != len(changes):
         raise UnsafePatch(

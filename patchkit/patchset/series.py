@@ -14,9 +14,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchkit import fsutil
 from patchkit import manifest as manifest_mod
 from patchkit.errors import BadInput, Location
 from patchkit.git import Repo
+from patchkit.patchset import transaction
 
 SERIES_NAME = "series"
 TRAILER_SET = "Patchkit-Set"
@@ -28,13 +30,13 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _TRAILER_BLOCK = re.compile(r"\n" + TRAILER_SET + r": [^\n]*\n" + TRAILER_PATCH + r": ([^\n]*)\n\Z")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeriesEntry:
     name: str
     line: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PatchHeader:
     author_name: str
     author_email: str
@@ -47,7 +49,7 @@ class PatchHeader:
         return self.subject + "\n" + (f"\n{self.body}\n" if self.body else "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Patch:
     name: str
     path: Path
@@ -62,7 +64,7 @@ class Patch:
         return self.diff.decode("utf-8", "surrogateescape")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PatchSet:
     manifest: manifest_mod.Manifest
     patches: tuple[Patch, ...]
@@ -87,7 +89,7 @@ def read_series(set_dir: Path) -> tuple[SeriesEntry, ...]:
     if not path.is_file():
         raise BadInput(f"{path} not found", hint="a patch set needs a series file (one patch name per line)")
     entries: list[SeriesEntry] = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(fsutil.read_utf8(path, "series").splitlines(), start=1):
         text = raw.split("#", 1)[0].strip()
         if not text:
             continue
@@ -102,14 +104,18 @@ def read_series(set_dir: Path) -> tuple[SeriesEntry, ...]:
             raise BadInput(f"series lists {text!r} twice", location=where)
         if not (Path(set_dir) / text).is_file():
             raise BadInput(f"series lists {text!r} but the file does not exist", location=where)
-        entries.append(SeriesEntry(text, number))
+        entries.append(SeriesEntry(name=text, line=number))
     return tuple(entries)
 
 
 # ---------------------------------------------------------------------- one patch file
 def parse_patch(path: Path) -> Patch:
     """Read a ``git format-patch`` file: header via ``git mailinfo``, diff, DEP-3 fields."""
-    data = Path(path).read_bytes()
+    return parse_patch_bytes(Path(path), Path(path).read_bytes())
+
+
+def parse_patch_bytes(path: Path, data: bytes) -> Patch:
+    """:func:`parse_patch` of ``data``, the bytes of ``path`` (written or about to be)."""
     where = Location(str(path), None)
     if data.split(b"\n", 1)[0].endswith(b"\r"):  # CRs inside hunks are content; in the header, a conversion
         raise BadInput(
@@ -117,9 +123,16 @@ def parse_patch(path: Path) -> Patch:
             location=where,
             hint="restore it byte for byte, e.g. add 'ddtree_patches/** -text' to .gitattributes",
         )
+    header_end = data.find(b"\ndiff --git ")
+    fsutil.decode_utf8(data[: header_end if header_end >= 0 else len(data)], path, "patch header")
     with tempfile.TemporaryDirectory(prefix="patchkit-mailinfo-") as tmp:
         msg, diff = Path(tmp) / "msg", Path(tmp) / "patch"
-        info = Repo(Path(tmp)).run("mailinfo", "-b", "-u", "--no-inbody-headers", msg, diff, input=data)
+        code, out, err = Repo(Path(tmp)).run_bytes(
+            "mailinfo", "-b", "-u", "--no-inbody-headers", msg, diff, input=data, check=False
+        )
+        if code != 0:
+            raise BadInput(f"git mailinfo cannot read the patch header: {err.strip()}", location=where)
+        info = out.decode("utf-8", "replace")
         body = msg.read_text(encoding="utf-8", errors="surrogateescape").strip("\n")
         diff_bytes = diff.read_bytes()
     meta = dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)
@@ -129,12 +142,22 @@ def parse_patch(path: Path) -> Patch:
     start = diff_bytes.find(b"diff --git ")
     if start < 0:
         raise BadInput("patch contains no 'diff --git' section", location=where)
-    header = PatchHeader(meta["Author"], meta["Email"], meta["Date"], meta["Subject"], body)
+    header = PatchHeader(
+        author_name=meta["Author"], author_email=meta["Email"], date=meta["Date"], subject=meta["Subject"], body=body
+    )
     fields = dep3_fields(body)
     status = fields.get("Upstream-Status")
     if status is not None and status.split()[0].rstrip(",;") not in UPSTREAM_STATUSES:
         raise BadInput(f"Upstream-Status: {status!r} is not one of {', '.join(UPSTREAM_STATUSES)}", location=where)
-    return Patch(Path(path).name, Path(path), data, sha256_bytes(data), header, diff_bytes[start:], fields)
+    return Patch(
+        name=Path(path).name,
+        path=Path(path),
+        data=data,
+        sha256=sha256_bytes(data),
+        header=header,
+        diff=diff_bytes[start:],
+        fields=fields,
+    )
 
 
 def dep3_fields(body: str) -> dict[str, str]:
@@ -173,10 +196,11 @@ def trailer_set(message: str) -> str | None:
 def load_set(set_dir: Path, *, check_lock: bool = True) -> PatchSet:
     """Load manifest, series and patches; with ``check_lock``, refuse files that differ from the lock."""
     set_dir = Path(set_dir)
+    transaction.recover_files(set_dir, "load")  # an interrupted refresh is finished before anyone reads
     man = manifest_mod.load(set_dir, with_lock=check_lock)
     entries = read_series(set_dir)
     patches = tuple(parse_patch(set_dir / e.name) for e in entries)
-    pset = PatchSet(man, patches)
+    pset = PatchSet(manifest=man, patches=patches)
     if check_lock:
         check_integrity(pset)
     return pset
@@ -198,7 +222,7 @@ def check_integrity(pset: PatchSet) -> None:
         raise BadInput(
             f"series lists {listed} but the lock lists {locked}", location=Location(str(man.path)), hint=hint
         )
-    for patch, lock_entry in zip(pset.patches, man.lock.patches):
+    for patch, lock_entry in zip(pset.patches, man.lock.patches, strict=True):
         if patch.sha256 != lock_entry.sha256:
             raise BadInput(
                 f"{patch.name} has sha256 {patch.sha256[:12]}..., the lock says {lock_entry.sha256[:12]}...",

@@ -1,8 +1,10 @@
 """Applying a series in a scratch index: never touches a work tree, branch or the real index.
 
-``git read-tree <base>`` into a temporary ``GIT_INDEX_FILE``, then per patch: path-safety checks
-against the staged tree, ``git apply --cached`` (zero fuzz: git never ignores context unless asked),
-``git write-tree``. Used by ``apply`` (which then records commits) and ``lock`` (post-image hashes).
+``git read-tree <base>`` into a temporary ``GIT_INDEX_FILE``; every patch's names are checked for
+path safety before git sees any of them; then per patch: the checks against the staged tree (symlinks
+on the way), ``git apply --cached`` (zero fuzz: git never ignores context unless asked),
+``git write-tree``. :func:`stage_series` yields each staged patch as it is done, so ``apply`` records
+its commit in its own loop, ``lock`` and ``refresh`` just collect the trees.
 """
 
 from __future__ import annotations
@@ -13,18 +15,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import unidiff
+from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchedFile
+from unidiff.patch import PatchSet as UnidiffPatchSet
 
-from patchkit.patchset import safety
 from patchkit.errors import Failed
 from patchkit.git import Repo, temp_index_env
 from patchkit.manifest import ABSENT
+from patchkit.patchset import safety
 from patchkit.patchset.series import Patch, PatchSet, sha256_bytes
 
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Conflict:
     """Where a patch stopped applying: patch, hunk (1-based within the file), file:line, and lines."""
 
@@ -47,11 +51,11 @@ class ConflictError(Failed):
         self.conflict = conflict
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StagedPatch:
     patch: Patch
-    tree: str
-    touched: frozenset[str]
+    tree: str  # the staged tree after this patch
+    touched: frozenset[str]  # paths this patch writes or deletes
 
 
 class ScratchIndex:
@@ -86,36 +90,27 @@ def scratch_index(repo: Repo, base: str) -> Iterator[ScratchIndex]:
         yield index
 
 
-def stage_patch(index: ScratchIndex, patch: Patch, allow_binary: tuple[str, ...]) -> StagedPatch:
-    """Check and apply one patch to the scratch index; raise UnsafePatch or ConflictError."""
-    changes = safety.check_static(patch, allow_binary)
+def stage_patch(index: ScratchIndex, patch: Patch, changes: list[safety.FileChange]) -> StagedPatch:
+    """Apply one patch, whose names :func:`safety.check_static` passed as ``changes``, to the scratch
+    index; raise UnsafePatch (a symlink on the way in the staged tree) or ConflictError."""
     safety.check_against_tree(patch, changes, index.symlinks())
     status, _, err = index.git("apply", "--cached", "--whitespace=nowarn", "-", input=patch.diff, check=False)
     if status != 0:
         raise ConflictError(explain_conflict(index, patch, err))
     tree = index.git("write-tree")[1].decode().strip()
-    return StagedPatch(patch, tree, frozenset(safety.touched_paths(changes)))
+    return StagedPatch(patch=patch, tree=tree, touched=frozenset(safety.touched_paths(changes)))
 
 
-def stage_series(
-    repo: Repo,
-    base: str,
-    pset: PatchSet,
-    progress: Progress | None = None,
-    after_each: Callable[[StagedPatch], None] | None = None,
-) -> list[StagedPatch]:
-    """Stage every patch of ``pset`` on ``base``; all or nothing (the scratch index is discarded)."""
-    staged: list[StagedPatch] = []
-    for patch in pset.patches:  # every name of every patch is checked before git sees any of them
-        safety.check_static(patch, pset.manifest.set.allow_binary)
+def stage_series(repo: Repo, base: str, pset: PatchSet, progress: Progress | None = None) -> Iterator[StagedPatch]:
+    """Stage every patch of ``pset`` on ``base``, yielding each one; all or nothing (the scratch index
+    is discarded when the generator ends, also when the consumer stops early)."""
+    allow_binary = pset.manifest.set.allow_binary
+    checked = [(patch, safety.check_static(patch, allow_binary)) for patch in pset.patches]  # before git runs
     with scratch_index(repo, base) as index:
-        for number, patch in enumerate(pset.patches, start=1):
+        for number, (patch, changes) in enumerate(checked, start=1):
             if progress:
-                progress(f"staging {number}/{len(pset.patches)}: {patch.name}")
-            staged.append(stage_patch(index, patch, pset.manifest.set.allow_binary))
-            if after_each:
-                after_each(staged[-1])
-    return staged
+                progress(f"staging {number}/{len(checked)}: {patch.name}")
+            yield stage_patch(index, patch, changes)
 
 
 def post_image(repo: Repo, tree: str, paths: set[str]) -> dict[str, str]:
@@ -128,29 +123,33 @@ def post_image(repo: Repo, tree: str, paths: set[str]) -> dict[str, str]:
 def explain_conflict(index: ScratchIndex, patch: Patch, git_error: str) -> Conflict:
     """Find the first hunk whose context is not in the staged file and show both sides."""
     try:
-        parsed = unidiff.PatchSet(patch.diff_text)
-    except unidiff.UnidiffParseError:
+        parsed: list[PatchedFile] = list(UnidiffPatchSet(patch.diff_text))
+    except UnidiffParseError:
         parsed = []
     for pfile in parsed:
         path = pfile.path
         content = index.blob(pfile.source_file[2:]) if not pfile.is_added_file else None
         if pfile.is_added_file:
             if index.blob(pfile.target_file[2:]) is not None:
-                return Conflict(
-                    patch.name, pfile.target_file[2:], None, None, (), (), f"{path} already exists\n{git_error}"
-                )
+                return _conflict(patch.name, pfile.target_file[2:], f"{path} already exists\n{git_error}")
             continue
         if content is None:
-            return Conflict(patch.name, path, None, None, (), (), f"{path} does not exist in the tree\n{git_error}")
+            return _conflict(patch.name, path, f"{path} does not exist in the tree\n{git_error}")
         found = _first_missing_hunk(
             patch.name, path, content.decode("utf-8", "surrogateescape").splitlines(), pfile, git_error
         )
         if found:
             return found
-    return Conflict(patch.name, "?", None, None, (), (), git_error.strip())
+    return _conflict(patch.name, "?", git_error.strip())
 
 
-def _first_missing_hunk(name: str, path: str, lines: list[str], pfile, git_error: str) -> Conflict | None:
+def _conflict(patch: str, file: str, git_error: str) -> Conflict:
+    return Conflict(patch=patch, file=file, hunk=None, line=None, expected=(), actual=(), git_error=git_error)
+
+
+def _first_missing_hunk(
+    name: str, path: str, lines: list[str], pfile: PatchedFile, git_error: str
+) -> Conflict | None:
     position = 0
     for number, hunk in enumerate(pfile, start=1):
         expected = [ln.value.rstrip("\n") for ln in hunk if ln.is_context or ln.is_removed]
@@ -158,7 +157,8 @@ def _first_missing_hunk(name: str, path: str, lines: list[str], pfile, git_error
         if at is None:
             start = max(hunk.source_start - 1, 0)
             actual = tuple(lines[start : start + max(len(expected), 1)])
-            return Conflict(name, path, number, hunk.source_start, tuple(expected), actual, git_error.strip())
+            return Conflict(patch=name, file=path, hunk=number, line=hunk.source_start, expected=tuple(expected),
+                            actual=actual, git_error=git_error.strip())
         position = at + len(expected)
     return None
 

@@ -1,7 +1,7 @@
 """``patchkit status``: base ok, which patches are applied (by commit trailer), drift.
 
 The definitions (the base, drift, "exactly the set applied") live in :mod:`patchkit.patchset.state`;
-this module is the verb: it finishes an interrupted apply first, then reports.
+this module is the verb: it finishes (or refuses to finish) an interrupted apply first, then reports.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.patchset import journal
-from patchkit.errors import EXIT_OK, EXIT_FAILED
+from patchkit.errors import EXIT_FAILED, EXIT_OK
 from patchkit.git import open_repo
+from patchkit.patchset import transaction
 from patchkit.patchset.series import load_set
 from patchkit.patchset.state import AppliedCommit, DriftEntry, TreeState, exactness
 from patchkit.results import CommandResult
@@ -39,7 +39,7 @@ def status(set_dir: Path, target: Path) -> StatusResult:
     """Report base, applied patches and drift of ``target`` against the set."""
     pset = load_set(set_dir)
     repo = open_repo(target)
-    recovered = journal.recover(repo)
+    recovered = transaction.recover_if_pending(repo, "status")
     found = exactness(repo, pset)
     return StatusResult(
         command="status",

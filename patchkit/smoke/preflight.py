@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit import proc
-from patchkit.smoke.setinfo import PatchStateUnknown, target_patched_by
+from patchkit.errors import PatchkitError
+from patchkit.git import open_repo
+from patchkit.manifest import Manifest
+from patchkit.patchset import state
 
 GPU_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.free,memory.total", "--format=csv,noheader,nounits")
 TORCH_QUERY = (
@@ -140,14 +143,16 @@ def check_model_dir(name: str, path: Path) -> Check:
     return Check(name, True, f"{path} has a config.json")
 
 
-def check_target(target: Path, set_id: str) -> Check:
+def check_target(target: Path, manifest: Manifest) -> Check:
+    """The target holds the set's patch commits on top of its base (the engine's one definition)."""
+    set_id = manifest.label
     package = target / "python" / "sglang"
     if not package.is_dir():
         return Check("target", False, f"{package} not found; pass --target with an SGLang tree")
     try:
-        patched = target_patched_by(target, set_id)
-    except PatchStateUnknown as error:
-        return Check("target", False, f"cannot tell whether {target} is patched by {set_id}: {error}")
+        patched = state.patched_by(open_repo(target), manifest)
+    except PatchkitError as error:
+        return Check("target", False, f"cannot tell whether {target} is patched by {set_id}: {error.message}")
     if not patched:
         return Check("target", False, f"{target} is not patched by {set_id}; run patchkit apply first")
     return Check("target", True, f"{target} is patched by {set_id}")
@@ -161,10 +166,10 @@ def check_python(python: str) -> Check:
 
 
 def run_preflight(*, gpus: int, python: str, ports: tuple[int, ...], model: Path, draft_model: Path,
-                  target: Path, set_id: str) -> Preflight:
+                  target: Path, manifest: Manifest) -> Preflight:
     """Run every check (not stopping at the first failure, so one run shows every problem)."""
     checks = [check_python(python), *(check_port(p) for p in ports), check_model_dir("model", model),
-              check_model_dir("draft-model", draft_model), check_target(target, set_id)]
+              check_model_dir("draft-model", draft_model), check_target(target, manifest)]
     found: list[GpuInfo] = []
     source = None
     if gpus > 0:

@@ -7,54 +7,36 @@ that could not be torn down; 2 preflight or bad input; 130 interrupted (servers 
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
-import os
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-from patchkit.errors import EXIT_BAD_INPUT, BadInput, Interrupted
+from patchkit import manifest as manifest_mod
+from patchkit.errors import EXIT_BAD_INPUT, BadInput
+from patchkit.manifest import SmokeProfile
 from patchkit.results import CommandResult
 from patchkit.smoke import client
 from patchkit.smoke.compare import PromptComparison, ServerStats, compare, summarize
+from patchkit.smoke.launch import (
+    Launch,
+    QuietUI,
+    ServerUI,
+    Status,
+    default_logs_dir,
+    preflight_or_raise,
+    request,
+    serve,
+    server_argv,
+    usable_prompts,
+)
 from patchkit.smoke.preflight import Preflight, run_preflight
 from patchkit.smoke.prompts import Prompt, load_prompts
-from patchkit.smoke.server import ServerFailed, ServerGroup, Teardown
-from patchkit.smoke.setinfo import SmokeProfile, load_smoke_profile
+from patchkit.smoke.server import ServerGroup, Teardown
 
 ROLES = ("baseline", "ddtree")
-SKIP_TOKENIZER_FLAG = "--skip-tokenizer-init"
-#: After a failed request, how long to wait for the server to die, so the report can say it did.
-EXIT_SETTLE_S = 1.0
+SmokeUI = ServerUI  # the live view of a run (spinner and notes), shared with patchkit bench
 
-
-class Status(Protocol):
-    def update(self, text: str) -> None: ...
-
-
-class SmokeUI(Protocol):
-    """What the smoke run shows while it works; :mod:`patchkit.render` implements it with rich."""
-
-    def status(self, text: str) -> contextlib.AbstractContextManager[Status]: ...
-
-    def note(self, text: str) -> None: ...
-
-
-class QuietUI:
-    """Shows nothing (library use and tests)."""
-
-    @contextlib.contextmanager
-    def status(self, text: str) -> Iterator[Status]:
-        yield self
-
-    def update(self, text: str) -> None:
-        pass
-
-    def note(self, text: str) -> None:
-        pass
+__all__ = ["ROLES", "QuietUI", "ServerRun", "SmokeOptions", "SmokeResult", "SmokeUI", "run_smoke"]
 
 
 @dataclass(frozen=True)
@@ -111,27 +93,19 @@ class SmokeResult(CommandResult):
         return EXIT_BAD_INPUT if self.preflight_only and not self.ok else super().exit_code
 
 
-def default_logs_dir() -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path(os.environ.get("PATCHKIT_HOME", ".patchkit")) / "logs" / f"smoke-{stamp}-{os.getpid()}"
+def smoke_launch(opts: SmokeOptions, profile: SmokeProfile, logs: Path) -> Launch:
+    return Launch(python=opts.python, model=opts.model, draft_model=opts.draft_model, target=opts.target,
+                  port=opts.port, gpus=opts.gpus, server_args=profile.server_args, extra_args=opts.extra_args,
+                  draft_model_flag=profile.draft_model_flag,
+                  startup_timeout_s=opts.timeout_s or profile.startup_timeout_s,
+                  request_timeout_s=profile.request_timeout_s, grace_period_s=profile.grace_period_s, logs=logs)
 
 
-def server_argv(role: str, opts: SmokeOptions, profile: SmokeProfile) -> tuple[str, ...]:
-    """``PY -m sglang.launch_server`` with the shared, then role-specific, then extra arguments."""
-    argv = [opts.python, "-m", "sglang.launch_server", "--model-path", str(opts.model),
-            "--host", "127.0.0.1", "--port", str(opts.port), "--tp-size", str(max(1, opts.gpus)),
-            *profile.server_args]
+def role_argv(role: str, launch: Launch, profile: SmokeProfile) -> tuple[str, ...]:
+    """The baseline gets ``baseline_args``; the DDTREE server ``profile_args`` and the draft model."""
     if role == "baseline":
-        argv += profile.baseline_args
-    else:
-        argv += [*profile.profile_args, profile.draft_model_flag, str(opts.draft_model)]
-    return (*argv, *opts.extra_args)
-
-
-def server_env(target: Path) -> dict[str, str]:
-    """The patched tree's ``python/`` first on PYTHONPATH, unbuffered so the log shows progress."""
-    paths = [str((target / "python").resolve()), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "PYTHONUNBUFFERED": "1"}
+        return server_argv(launch, profile.baseline_args, uses_draft=False)
+    return server_argv(launch, profile.profile_args, uses_draft=True)
 
 
 def _run_prompts(server: ServerGroup, prompts: tuple[Prompt, ...], max_new_tokens: int, timeout_s: float,
@@ -139,110 +113,56 @@ def _run_prompts(server: ServerGroup, prompts: tuple[Prompt, ...], max_new_token
     """Run the prompts in order, appending to ``generations`` (kept up to a failure)."""
     for number, prompt in enumerate(prompts, start=1):
         status.update(f"{server.name}: prompt {number}/{len(prompts)} ({prompt.id})")
-        try:
-            generations.append(client.generate(server.base_url, prompt, max_new_tokens, timeout_s))
-        except client.RequestFailed as error:
-            code = server.wait_exit(EXIT_SETTLE_S)
-            reason = f"{error}; the server exited with code {code}" if code is not None else str(error)
-            raise server.failure(f"prompt {prompt.id!r} failed: {reason}") from error
-        server.remember_descendants()
+        generations.append(request(server, prompt, max_new_tokens, timeout_s))
 
 
-class _Phase:
-    """Where a server's life is, so an interrupt can say what it interrupted."""
-
-    def __init__(self) -> None:
-        self.name = "launch"
-
-
-def run_server(role: str, opts: SmokeOptions, profile: SmokeProfile, prompts: tuple[Prompt, ...],
-               logs: Path, ui: SmokeUI) -> tuple[ServerRun, list[client.Generation]]:
-    """Launch one server, wait for it, run the prompts, and always tear it down."""
-    argv = server_argv(role, opts, profile)
-    server = ServerGroup(role, argv, env=server_env(opts.target), log=logs / f"{role}.log", port=opts.port)
-    phase, ready_s, generations, failure = _Phase(), None, [], None
-    timeout = opts.timeout_s or profile.startup_timeout_s
-    try:
-        with ui.status(f"starting {role} server") as status:
-            server.start()
-            ready_s = server.wait_ready(timeout, lambda line: status.update(f"starting {role} server: {line}"))
-            ui.note(f"{role} server ready in {ready_s:.1f}s")
-            phase.name = "check"
-            _run_prompts(server, prompts, opts.max_new_tokens or profile.max_new_tokens,
-                         profile.request_timeout_s, status, generations)
-    except ServerFailed as error:
-        failure = error
-    except KeyboardInterrupt:
-        teardown = _teardown(server, profile, ui, role)
-        raise Interrupted(f"interrupted during {phase.name} of the {role} server; "
-                          f"{_teardown_words(teardown)}; logs in {logs}") from None
-    teardown = _teardown(server, profile, ui, role)
-    run = ServerRun(role, argv, server.log, ready_s, summarize(generations), teardown,
-                    failure.message if failure else None, failure.log_tail if failure else "")
+def run_server(role: str, launch: Launch, profile: SmokeProfile, prompts: tuple[Prompt, ...],
+               max_new_tokens: int, ui: ServerUI) -> tuple[ServerRun, list[client.Generation]]:
+    """Launch one server, run the prompts, and always tear it down."""
+    generations: list[client.Generation] = []
+    served = serve(role, role_argv(role, launch, profile), launch, ui, lambda server, status: _run_prompts(
+        server, prompts, max_new_tokens, launch.request_timeout_s, status, generations))
+    run = ServerRun(role, served.argv, served.log, served.ready_s, summarize(generations), served.teardown,
+                    served.failure, served.log_tail)
     return run, generations
 
 
-def _teardown(server: ServerGroup, profile: SmokeProfile, ui: SmokeUI, role: str) -> Teardown:
-    with ui.status(f"stopping {role} server"):
-        teardown = server.teardown(profile.grace_period_s)
-    ui.note(f"{role} server {_teardown_words(teardown)}")
-    return teardown
-
-
-def _teardown_words(teardown: Teardown) -> str:
-    how = "SIGKILLed after SIGTERM" if teardown.sigkill_sent else "stopped by SIGTERM"
-    if teardown.leftover_pids:
-        return f"{how}, but processes {list(teardown.leftover_pids)} are still alive"
-    return f"{how} in {teardown.seconds:.1f}s, no process left"
-
-
-def usable_prompts(prompts: tuple[Prompt, ...], argv_tail: tuple[str, ...]) -> tuple[tuple[Prompt, ...], tuple[str, ...]]:
-    """Text prompts cannot run on a server without a tokenizer; they are skipped, by id."""
-    if SKIP_TOKENIZER_FLAG not in argv_tail:
-        return prompts, ()
-    kept = tuple(p for p in prompts if not p.needs_tokenizer)
-    return kept, tuple(p.id for p in prompts if p.needs_tokenizer)
-
-
-def preflight_or_raise(opts: SmokeOptions, profile: SmokeProfile) -> Preflight:
-    preflight = run_preflight(gpus=opts.gpus, python=opts.python, ports=(opts.port,), model=opts.model,
-                              draft_model=opts.draft_model, target=opts.target, set_id=profile.set_id)
-    if not preflight.ok:
-        reasons = "; ".join(f"{c.name}: {c.detail}" for c in preflight.failures())
-        raise BadInput(f"preflight failed: {reasons}", hint="nothing was started")
-    return preflight
-
-
-def run_smoke(opts: SmokeOptions, ui: SmokeUI | None = None) -> SmokeResult:
+def run_smoke(opts: SmokeOptions, ui: ServerUI | None = None) -> SmokeResult:
     """The whole smoke test; see the module docstring for exit codes."""
     ui = ui or QuietUI()
     if opts.gpus < 0:
         raise BadInput("--gpus must be 0 (CPU stand-in) or more")
-    profile = load_smoke_profile(opts.set_dir)
+    manifest = manifest_mod.load(opts.set_dir, with_lock=False)
+    profile = manifest.smoke
     all_prompts = load_prompts(opts.prompts or profile.prompts)
     prompts, skipped = usable_prompts(all_prompts, (*profile.server_args, *opts.extra_args))
     if not prompts:
         raise BadInput("no prompt can run: every prompt is text and the server skips its tokenizer")
     if opts.preflight_only:  # show every check, passing or not
         preflight = run_preflight(gpus=opts.gpus, python=opts.python, ports=(opts.port,), model=opts.model,
-                                  draft_model=opts.draft_model, target=opts.target, set_id=profile.set_id)
+                                  draft_model=opts.draft_model, target=opts.target, manifest=manifest)
         return SmokeResult(command="smoke", ok=preflight.ok, set_id=profile.set_id, gpus=opts.gpus,
                            preflight=preflight, preflight_only=True)
-    preflight = preflight_or_raise(opts, profile)
-    base = dict(command="smoke", set_id=profile.set_id, gpus=opts.gpus, preflight=preflight)
-    logs = opts.logs or default_logs_dir()
+    preflight = preflight_or_raise(gpus=opts.gpus, python=opts.python, port=opts.port, model=opts.model,
+                                   draft_model=opts.draft_model, target=opts.target, manifest=manifest)
+    logs = opts.logs or default_logs_dir("smoke")
+    launch = smoke_launch(opts, profile, logs)
+    max_new_tokens = opts.max_new_tokens or profile.max_new_tokens
     runs, outputs = [], []
     for role in ROLES:
-        run, generations = run_server(role, opts, profile, prompts, logs, ui)
+        run, generations = run_server(role, launch, profile, prompts, max_new_tokens, ui)
         runs.append(run)
         outputs.append(generations)
         if not run.ok:
             break
-    comparisons = tuple(compare(p.id, b, d) for p, b, d in zip(prompts, *outputs)) if len(outputs) == 2 else ()
+    # strict=False: a server that crashed mid-run still has its answered prompts compared
+    pairs = zip(prompts, *outputs, strict=False) if len(outputs) == 2 else ()
+    comparisons = tuple(compare(p.id, b, d) for p, b, d in pairs)
     mismatches = sum(not c.matched for c in comparisons)
     ok = len(runs) == 2 and all(r.ok for r in runs) and mismatches == 0 and len(comparisons) == len(prompts)
     return SmokeResult(ok=ok, logs=logs, servers=tuple(runs), prompts=comparisons, skipped_prompts=skipped,
-                       mismatches=mismatches, speedup=_speedup(runs), **base)
+                       mismatches=mismatches, speedup=_speedup(runs), command="smoke", set_id=profile.set_id,
+                       gpus=opts.gpus, preflight=preflight)
 
 
 def _speedup(runs: list[ServerRun]) -> float | None:

@@ -83,29 +83,3 @@ class ResultCache:
             value = compute()
             self.put(key, value)
         return value
-
-
-def findings_to_json(findings: Iterable[Any]) -> list[dict[str, Any]]:
-    """Findings as plain dicts, for the cache."""
-    return [
-        {"gate": f.gate, "severity": f.severity.value, "file": f.file, "line": f.line, "message": f.message, "hint": f.hint}
-        for f in findings
-    ]
-
-
-def findings_from_json(rows: Iterable[dict[str, Any]]) -> list[Any]:
-    """The inverse of :func:`findings_to_json`."""
-    from patchkit.verify.api import Finding, Severity
-
-    return [Finding(**{**row, "severity": Severity(row["severity"])}) for row in rows]
-
-
-def tree_identity(root: Path) -> str:
-    """The tree's base commit: with the touched files' contents it pins every file a gate can see."""
-    import git  # gitpython
-
-    try:
-        roots: list[str] = git.Repo(root).git.rev_list("--max-parents=0", "HEAD").split()
-        return roots[-1]
-    except (git.exc.GitError, IndexError):
-        return "no-git"

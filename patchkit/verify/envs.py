@@ -25,7 +25,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -48,7 +48,8 @@ OVERRIDE = "PATCHKIT_VERIFY_PYTHON"
 def reports_version(executable: str, version: str) -> bool:
     """True when ``executable`` runs and is Python ``version`` (pyenv shims exist but may refuse)."""
     try:
-        done = proc.run([executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], check=False, timeout=20)
+        done = proc.run([executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], check=False,
+                        timeout=20)
     except OSError:
         return False
     return done.returncode == 0 and done.stdout.strip() == version
@@ -94,46 +95,66 @@ def env_python(env_dir: Path) -> Path:
 
 
 @contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock held for the block (released if the process dies)."""
+def file_lock(path: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """An exclusive advisory lock held for the block (released if the process dies); ``on_wait`` is
+    called once when another process holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def create_env(env_dir: Path, spec: dict[str, Any]) -> None:
+def _pip_step(line: str) -> str | None:
+    """The lines of pip's output worth showing as progress ("Collecting torch==2.13.0", ...)."""
+    line = line.strip()
+    return line if line.startswith(("Collecting", "Downloading", "Installing", "Building", "Successfully")) else None
+
+
+def create_env(env_dir: Path, spec: dict[str, Any], progress: Callable[[str], None]) -> None:
     """Build the venv in place; the marker is written last, so a crash leaves no 'ready' env."""
-    base = find_interpreter(spec["python"])
+    version = spec["python"]
+    base = find_interpreter(version)
     if base is None:
-        raise BadInput(f"[verify.env] wants Python {spec['python']}, which is not installed here",
-                       hint=f"install python{spec['python']} or set PATCHKIT_PYTHON_{spec['python'].replace('.', '_')}")
+        raise BadInput(f"[verify.env] wants Python {version}, which is not installed here",
+                       hint=f"install python{version} or set PATCHKIT_PYTHON_{version.replace('.', '_')}")
     start = time.monotonic()
+    progress(f"creating the [verify.env] environment (Python {version}, {len(spec['packages'])} packages)")
     proc.run([base, "-m", "venv", env_dir], timeout=600)
+
+    def on_line(line: str) -> None:
+        step = _pip_step(line)
+        if step:
+            progress(f"[verify.env] {step}")
+
     try:
-        proc.run([env_python(env_dir), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                  *spec["pip_args"], *spec["packages"]], timeout=3600)
+        proc.stream([env_python(env_dir), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar",
+                     "off", *spec["pip_args"], *spec["packages"]], on_line, timeout=3600)
     except proc.CommandFailed as error:
         raise Failed(f"could not create the verify environment: {error.message}",
                      hint="check the pins in [verify.env] packages") from None
     (env_dir / MARKER).write_text(json.dumps({"spec": spec, "seconds": round(time.monotonic() - start, 1)}))
 
 
-def ensure_env(spec: dict[str, Any], env_root: Path) -> Path:
+def ensure_env(spec: dict[str, Any], env_root: Path, progress: Callable[[str], None] = lambda text: None) -> Path:
     """The python of the cached venv for ``spec`` (``[verify.env]``), creating it on first use."""
     spec = validated(spec)
     key = key_of("env", spec)[:16]
     env_dir = env_root / key
     if (env_dir / MARKER).is_file():
         return env_python(env_dir)
-    with file_lock(env_root / f"{key}.lock"):
+    waiting = "waiting for the [verify.env] environment: another patchkit run is creating it"
+    with file_lock(env_root / f"{key}.lock", lambda: progress(waiting)):
         if not (env_dir / MARKER).is_file():  # another process may have built it while we waited
             if env_dir.exists():  # a half-built env from a crashed run
                 shutil.rmtree(env_dir)
-            create_env(env_dir, spec)
+            create_env(env_dir, spec, progress)
     return env_python(env_dir)
 
 
@@ -153,28 +174,36 @@ def verify_interpreter(ctx: VerifyContext) -> Interpreter:
     """``$PATCHKIT_VERIFY_PYTHON``, else the ``[verify.env]`` venv, else the running interpreter."""
     override = os.environ.get(OVERRIDE)
     if override:
-        return Interpreter(override, f"ran with ${OVERRIDE}={override} instead of the [verify.env] environment", override)
-    spec = ctx.manifest.get("verify", {}).get("env")
+        return Interpreter(override, f"ran with ${OVERRIDE}={override} instead of the [verify.env] environment",
+                           override)
+    spec = ctx.manifest.verify_table("env")
     if not spec:
-        return Interpreter(sys.executable, "no [verify.env] in the manifest: ran with the running interpreter", sys.executable)
-    return Interpreter(str(ctx.isolated_python()), "ran in the [verify.env] environment", key_of("env", validated(spec)))
+        return Interpreter(sys.executable, "no [verify.env] in the manifest: ran with the running interpreter",
+                           sys.executable)
+    python = ensure_env(spec, ctx.env_dir, ctx.progress)
+    return Interpreter(str(python), "ran in the [verify.env] environment", key_of("env", validated(spec)))
+
+
+def _manifest_finding(gate: str, severity: Severity, message: str, file: str = "manifest.toml",
+                      hint: str | None = None) -> Finding:
+    return Finding(gate=gate, severity=severity, file=file, message=message, hint=hint)
 
 
 def stubs(ctx: VerifyContext, gate: str) -> tuple[Path | None, list[Finding]]:
     """The declared stub folder (or None) and findings: each stub reported, undeclared ones refused."""
-    env = ctx.manifest.get("verify", {}).get("env", {})
+    env = ctx.manifest.verify_table("env")
     declared: dict[str, str] = dict(env.get("stubs", {}))
     if "stubs_dir" not in env:
         if declared:
-            return None, [Finding(gate, Severity.ERROR, "manifest.toml", None, "[verify.env.stubs] declared without stubs_dir")]
+            return None, [_manifest_finding(gate, Severity.ERROR, "[verify.env.stubs] declared without stubs_dir")]
         return None, []
     folder = ctx.set_dir / env["stubs_dir"]
     present = {p.stem if p.suffix == ".py" else p.name for p in folder.glob("*") if not p.name.startswith((".", "__"))}
-    findings = [Finding(gate, Severity.INFO, "manifest.toml", None, f"stub {name!r} in use: {declared[name]}")
+    findings = [_manifest_finding(gate, Severity.INFO, f"stub {name!r} in use: {declared[name]}")
                 for name in sorted(present & declared.keys())]
-    findings += [Finding(gate, Severity.ERROR, f"{env['stubs_dir']}/{name}", None, f"stub {name!r} is not declared",
-                         "declare it with its reason under [verify.env.stubs], or remove it")
+    findings += [_manifest_finding(gate, Severity.ERROR, f"stub {name!r} is not declared", f"{env['stubs_dir']}/{name}",
+                                   "declare it with its reason under [verify.env.stubs], or remove it")
                  for name in sorted(present - declared.keys())]
-    findings += [Finding(gate, Severity.ERROR, "manifest.toml", None, f"declared stub {name!r} is missing from {env['stubs_dir']}")
+    findings += [_manifest_finding(gate, Severity.ERROR, f"declared stub {name!r} is missing from {env['stubs_dir']}")
                  for name in sorted(declared.keys() - present)]
     return folder, findings

@@ -23,7 +23,10 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from patchkit.manifest import Manifest
 
 FACTS_SCHEMA = 10  # bump when the facts layout or extraction logic changes
 
@@ -1036,10 +1039,10 @@ def added_lines(root: Path, files: Sequence[str]) -> dict[str, frozenset[int]]:
 _MEMORY: dict[tuple[str, str], dict[str, Any]] = {}
 
 
-def settings_from_manifest(manifest: dict[str, Any]) -> IndexSettings:
+def settings_from_manifest(manifest: Manifest) -> IndexSettings:
     """The index settings the set's ``[verify.xref]`` and ``[verify.dispatch]`` tables ask for."""
-    verify = manifest.get("verify", {})
-    xref, dispatch = verify.get("xref", {}), verify.get("dispatch", {})
+    verify = manifest.verify
+    xref, dispatch = manifest.verify_table("xref"), manifest.verify_table("dispatch")
     return IndexSettings(
         family=xref.get("family", "DDTREE|DDTree|ddtree"),
         helpers=tuple(dispatch.get("helpers", DEFAULT_HELPERS)),

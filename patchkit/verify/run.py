@@ -1,4 +1,9 @@
-"""``patchkit verify``: run the gates of ``checks/`` over a patched tree and collect their findings.
+"""``patchkit verify``: run the gates over a patched tree and collect their findings.
+
+The runner is handed the registry (``checks.registry.GATES``, by the CLI, the composition root): it
+never imports ``checks`` itself. Before any gate runs it refuses what would waste the run (an unknown
+gate, a ``--junit`` path it cannot write) and states whether the target is exactly the set applied; a
+target that is not is refused with the fix (``--allow-drift`` runs the gates anyway and says so).
 
 Every selected gate runs, in registry order, even when an earlier one fails. A gate that raises is
 a *crash* (status ``crash``, traceback kept), distinct from a gate that reports findings (``fail``).
@@ -8,32 +13,25 @@ Warnings and info findings are reported but do not fail a gate.
 
 from __future__ import annotations
 
-import enum
-import os
+import tempfile
 import time
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import Any, Literal, Protocol
 
-from patchkit import tomlfile
+from patchkit import manifest as manifest_mod
+from patchkit import paths
 from patchkit.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, BadInput, PatchkitError
-from patchkit.patchset.base import locate
 from patchkit.results import CommandResult
-from patchkit.verify.api import Finding, Severity, VerifyContext
+from patchkit.verify.api import Finding, Gate, Severity, VerifyContext
+from patchkit.verify.target import TargetCheck, base_and_touched, check_target
 
-MANIFEST = "manifest.toml"
-
-
-class GateStatus(str, enum.Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    CRASH = "crash"
+GateStatus = Literal["pass", "fail", "crash"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GateRun:
     """One gate's outcome."""
 
@@ -47,21 +45,21 @@ class GateRun:
         return sum(1 for f in self.findings if f.severity == severity)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VerifyResult(CommandResult):
     """What ``patchkit verify`` found; ``exit_code`` is 3 on a crash, 1 on findings, 0 when clean."""
 
     target: str
     set_dir: str
+    target_check: TargetCheck  # whether the target is exactly the set applied, said before any gate ran
     touched: tuple[str, ...]
     gates: tuple[GateRun, ...]
     seconds: float
-    unavailable: tuple[str, ...] = ()  # registered gates whose module is missing from this checkout
     junit: str | None = None
 
     @property
     def exit_code(self) -> int:
-        if any(run.status == GateStatus.CRASH for run in self.gates):
+        if any(run.status == "crash" for run in self.gates):
             return EXIT_INTERNAL
         return EXIT_OK if self.ok else EXIT_FAILED
 
@@ -69,34 +67,57 @@ class VerifyResult(CommandResult):
         return tuple(f for run in self.gates for f in run.findings)
 
 
+class GateProgress(Protocol):
+    """What the runner reports while it works (the CLI passes the renderer's live view)."""
+
+    def note(self, text: str) -> None:
+        """A slow step inside a gate (creating the environment: pip's lines)."""
+
+    def started(self, gate: str, index: int, total: int) -> None: ...
+
+    def finished(self, run: GateRun, index: int, total: int) -> None: ...
+
+
+class _Silent:
+    def note(self, text: str) -> None:
+        pass
+
+    def started(self, gate: str, index: int, total: int) -> None:
+        pass
+
+    def finished(self, run: GateRun, index: int, total: int) -> None:
+        pass
+
+
 # ---------------------------------------------------------------- running gates
 
 
 def gate_status(findings: Sequence[Finding]) -> GateStatus:
-    return GateStatus.FAIL if any(f.severity == Severity.ERROR for f in findings) else GateStatus.PASS
+    return "fail" if any(f.severity == Severity.ERROR for f in findings) else "pass"
 
 
 def finding_from_error(gate: str, error: PatchkitError) -> Finding:
     """A gate refusing its input (say a malformed ``[verify.*]`` table) fails; it did not crash."""
     where = error.location
-    return Finding(gate, Severity.ERROR, where.file if where else MANIFEST, where.line if where else None,
-                   error.message, error.hint)
+    return Finding(gate=gate, severity=Severity.ERROR, file=where.file if where else manifest_mod.MANIFEST_NAME,
+                   line=where.line if where else None, message=error.message, hint=error.hint)
 
 
-def run_gate(name: str, load: Any, ctx: VerifyContext) -> GateRun:
+def run_gate(name: str, load: Callable[[str], Gate], ctx: VerifyContext) -> GateRun:
     """Run one gate; any exception other than Ctrl-C becomes a crash with its traceback."""
     start = time.perf_counter()
     try:
-        module: ModuleType = load(name)
-        findings = list(module.run(ctx))
+        findings = list(load(name).run(ctx))
         bad = [f for f in findings if not isinstance(f, Finding)]
         if bad:
             raise TypeError(f"gate {name} returned {type(bad[0]).__name__}, not Finding")
     except PatchkitError as error:
         findings = [finding_from_error(name, error)]
-    except Exception:
-        return GateRun(name, GateStatus.CRASH, time.perf_counter() - start, (), traceback.format_exc())
-    return GateRun(name, gate_status(findings), time.perf_counter() - start, tuple(findings))
+    except Exception:  # a crashing gate must not stop the others
+        return GateRun(gate=name, status="crash", seconds=time.perf_counter() - start, findings=(),
+                       traceback=traceback.format_exc())
+    return GateRun(gate=name, status=gate_status(findings), seconds=time.perf_counter() - start,
+                   findings=tuple(findings))
 
 
 def select_gates(registered: Iterable[str], wanted: Sequence[str]) -> list[str]:
@@ -108,79 +129,78 @@ def select_gates(registered: Iterable[str], wanted: Sequence[str]) -> list[str]:
     return [name for name in order if not wanted or name in wanted]
 
 
-def run_gates(ctx: VerifyContext, wanted: Sequence[str] = (), gates: Mapping[str, ModuleType] | None = None) -> tuple[GateRun, ...]:
-    """Run the selected gates of ``gates`` (default: the registry) in order; every one runs."""
-    if gates is None:
-        from checks.registry import GATES as gates
-    names = select_gates(gates, wanted)
-    return tuple(run_gate(name, gates.__getitem__, ctx) for name in names)
+def run_gates(ctx: VerifyContext, registry: Mapping[str, Gate], wanted: Sequence[str] = (),
+              progress: GateProgress | None = None, extra: Mapping[str, Gate] | None = None) -> tuple[GateRun, ...]:
+    """Run the selected gates of ``registry`` in order, every one of them, then each of ``extra``
+    (opt-in gates such as ``--each-prefix``), reporting each to ``progress``."""
+    progress = progress or _Silent()
+    extra = extra or {}
+    names = select_gates(registry, wanted) + list(extra)
+
+    def load(name: str) -> Gate:
+        return extra[name] if name in extra else registry[name]
+
+    runs = []
+    for index, name in enumerate(names, 1):
+        progress.started(name, index, len(names))
+        run = run_gate(name, load, ctx)
+        progress.finished(run, index, len(names))
+        runs.append(run)
+    return tuple(runs)
 
 
-# ---------------------------------------------------------------- building the context
+# ---------------------------------------------------------------- before the gates
 
 
-def patchkit_home() -> Path:
-    """Where patchkit keeps trees, caches and environments (``$PATCHKIT_HOME``, default ``.patchkit``)."""
-    return Path(os.environ.get("PATCHKIT_HOME", ".patchkit"))
-
-
-def load_manifest(set_dir: Path) -> dict[str, Any]:
-    """The parsed ``manifest.toml`` of a set; a missing or malformed file is bad input naming the line."""
-    return tomlfile.load(set_dir / MANIFEST, f"no {MANIFEST} in {set_dir}", "fix the manifest and run again")
-
-
-def touched_files(root: Path) -> tuple[str, ...]:
-    """Tree-relative files that differ from the tree's base (its root commit), deletions excluded.
-
-    Compares the working tree with the base, so both applied commits and uncommitted edits count,
-    plus untracked files that git does not ignore. (Kept in one function so that it can switch to the
-    core's git module and base marker.)
-    """
-    import git  # gitpython
-
+def check_junit_path(junit: Path) -> None:
+    """Refuse a report path that cannot be written, before minutes of gates (a real write probe)."""
+    if junit.is_dir():
+        raise BadInput(f"--junit {junit} is a directory", hint="pass a file path, e.g. --junit verify.xml")
     try:
-        repo = git.Repo(root)
-        roots = repo.git.rev_list("--max-parents=0", "HEAD").split()
-    except (git.exc.GitError, ValueError) as error:
-        raise BadInput(f"{root} is not a git tree with a base commit ({error.__class__.__name__})",
-                       hint="pass --target with a tree made by patchkit apply") from None
-    changed = repo.git.diff("--name-only", "--no-renames", "--diff-filter=d", "-z", roots[-1]).split("\0")
-    untracked = [p for p in repo.untracked_files if "__pycache__/" not in p and not p.endswith(".pyc")]
-    return tuple(sorted({p for p in changed if p} | set(untracked)))
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=junit.parent, prefix=".patchkit-junit-probe-"):
+            pass
+    except OSError as error:
+        raise BadInput(f"--junit {junit} cannot be written: {error.strerror or error}",
+                       hint="pass a path in a writable directory") from None
 
 
-def build_context(set_dir: Path | None, target: Path | None) -> VerifyContext:
-    """Resolve defaults, parse the manifest, find the touched files."""
-    set_dir, root = locate(set_dir, target)  # defaults: newest set, the tree `patchkit apply` made
-    set_dir, root = set_dir.resolve(), root.resolve()
-    manifest = load_manifest(set_dir)
+def build_context(set_dir: Path | None, target: Path | None,
+                  progress: Callable[[str], None] | None = None) -> VerifyContext:
+    """Resolve defaults, read the manifest, find the touched files."""
+    from patchkit.patchset.base import locate  # the CLI defaults: newest set, the tree `patchkit apply` made
+
+    set_dir, root = (p.resolve() for p in locate(set_dir, target))
+    manifest = manifest_mod.load(set_dir)
     if not root.is_dir():
         raise BadInput(f"target {root} does not exist", hint="run patchkit apply first, or pass --target")
-    home = patchkit_home().resolve()
-    return VerifyContext(root=root, set_dir=set_dir, manifest=manifest, touched=touched_files(root),
-                         cache_dir=home / "cache" / "verify", env_dir=home / "envs")
+    home = paths.home().resolve()
+    base, touched = base_and_touched(root, manifest)
+    return VerifyContext(root=root, set_dir=set_dir, manifest=manifest, base_commit=base,
+                         touched=touched, cache_dir=home / "cache" / "verify",
+                         env_dir=home / "envs", progress=progress or (lambda text: None))
 
 
 # ---------------------------------------------------------------- the command
 
 
 def verify(set_dir: Path | None = None, target: Path | None = None, gates: Sequence[str] = (),
-           junit: Path | None = None, each_prefix: bool = False) -> VerifyResult:
-    """The core of ``patchkit verify``: run the selected gates and optionally write a JUnit report.
-    ``each_prefix`` adds the bisectability check (checks/prefixes.py) as one more gate row."""
-    from checks.registry import GATES, unavailable
-
+           junit: Path | None = None, *, registry: Mapping[str, Gate], on_gate: GateProgress | None = None,
+           allow_drift: bool = False, extra: Mapping[str, Gate] | None = None) -> VerifyResult:
+    """The core of ``patchkit verify``: check the target, run the selected gates (then the opt-in
+    ``extra`` ones, e.g. checks/prefixes.py for ``--each-prefix``), write the JUnit report."""
     start = time.perf_counter()
-    select_gates(GATES, gates)  # refuse unknown names before any work
-    ctx = build_context(set_dir, target)
-    runs = run_gates(ctx, gates, GATES)
-    if each_prefix:
-        from checks import prefixes  # opt-in, not registered: a set need not be bisectable to pass
-
-        runs += (run_gate(prefixes.NAME, lambda _name: prefixes, ctx),)
-    ok = all(run.status == GateStatus.PASS for run in runs)
-    result = VerifyResult("verify", ok, str(ctx.root), str(ctx.set_dir), ctx.touched, runs,
-                          time.perf_counter() - start, unavailable(), str(junit) if junit else None)
+    select_gates(registry, gates)  # refuse unknown names before any work
+    if junit:
+        check_junit_path(junit)
+    on_gate = on_gate or _Silent()
+    ctx = build_context(set_dir, target, on_gate.note)
+    target_check = check_target(ctx, allow_drift=allow_drift)
+    runs = run_gates(ctx, registry, gates, on_gate, extra)
+    ok = all(run.status == "pass" for run in runs)
+    result = VerifyResult(command="verify", ok=ok, target=str(ctx.root), set_dir=str(ctx.set_dir),
+                          target_check=target_check, touched=ctx.touched, gates=runs,
+                          seconds=time.perf_counter() - start, junit=str(junit) if junit else None)
     if junit:
         from patchkit.verify.junit import write_junit
 
@@ -188,7 +208,7 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
     return result
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DispatchSitesResult(CommandResult):
     """``patchkit dispatch-sites``: the declarations file rewritten for the tree's current sites."""
 
@@ -198,27 +218,40 @@ class DispatchSitesResult(CommandResult):
     dropped: tuple[str, ...]  # declarations whose site no longer exists
 
 
-def update_dispatch_declarations(set_dir: Path | None, target: Path | None) -> DispatchSitesResult:
-    from checks.dispatch import write_declarations  # lazy: the gate modules load libcst
+class DeclarationUpdate(Protocol):
+    """What the dispatch gate's ``write_declarations`` returns."""
 
-    update = write_declarations(build_context(set_dir, target))
+    @property
+    def path(self) -> Path: ...
+    @property
+    def kept(self) -> int: ...
+    @property
+    def added(self) -> int: ...
+    @property
+    def dropped(self) -> tuple[str, ...]: ...
+
+
+def update_dispatch_declarations(set_dir: Path | None, target: Path | None,
+                                 write: Callable[[VerifyContext], DeclarationUpdate]) -> DispatchSitesResult:
+    """Rewrite the set's dispatch declarations with ``write`` (the dispatch gate's, handed in by the CLI)."""
+    update = write(build_context(set_dir, target))
     # ok only when nothing is left to review, so a CI step running this also flags new sites
-    return DispatchSitesResult("dispatch-sites", update.added == 0, update.path, update.kept, update.added,
-                               update.dropped)
+    return DispatchSitesResult(command="dispatch-sites", ok=update.added == 0, path=update.path, kept=update.kept,
+                               added=update.added, dropped=update.dropped)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SymbolsResult(CommandResult):
     """``patchkit symbols``: every name of the manifest's symbol family, with where it is defined,
     imported and used (the semantic version of grepping for the family)."""
 
     family: str
-    symbols: tuple[Any, ...]  # checks.xref.Symbol
+    symbols: tuple[Any, ...]  # the xref gate's Symbol rows: name, kinds, defined, imported, used
 
 
-def symbol_table(set_dir: Path | None, target: Path | None) -> SymbolsResult:
-    from checks import xref  # lazy: the gate modules load libcst
-
+def symbol_table(set_dir: Path | None, target: Path | None,
+                 symbols: Callable[[VerifyContext], Sequence[Any]]) -> SymbolsResult:
+    """The family's symbol table by ``symbols`` (the xref gate's, handed in by the CLI)."""
     ctx = build_context(set_dir, target)
     family = ctx.gate_config("xref").get("family", "")
-    return SymbolsResult("symbols", True, family, tuple(xref.symbols(ctx)))
+    return SymbolsResult(command="symbols", ok=True, family=family, symbols=tuple(symbols(ctx)))

@@ -184,3 +184,40 @@ def object_files(repo_root: Path) -> set[str]:
     """Names of every file in the repository's object store."""
     objects = repo_root / ".git" / "objects"
     return {p.relative_to(objects).as_posix() for p in objects.rglob("*") if p.is_file()}
+
+
+# ---------------------------------------------------------------------- real processes at known moments
+def start_paused(*args: str, step: str, seconds: float = 60, env: dict | None = None,
+                 new_session: bool = False) -> subprocess.Popen:
+    """Start ``python -m patchkit ARGS`` and return once it printed the pause marker of ``step``.
+
+    With ``new_session`` it runs in its own session and process group, as a terminal's foreground job
+    would: ``os.killpg(proc.pid, SIGINT)`` is then what Ctrl-C sends.
+    """
+    hook = {"PATCHKIT_TEST_PAUSE": step, "PATCHKIT_TEST_PAUSE_S": str(seconds)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", *args], env=cli_env({**hook, **(env or {})}),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=new_session,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.strip() == f"patchkit-test-pause: {step}":
+            return proc
+    proc.kill()
+    raise AssertionError(f"patchkit {' '.join(args)} never reached {step}: {proc.communicate()}")
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def patched_reference(fx: Fixture, dest: Path) -> tuple[str, dict[str, str]]:
+    """(HEAD, snapshot) of the set applied to a fresh base at ``dest`` (commit ids are reproducible)."""
+    assert invoke("base", "fetch", "--set", str(fx.set_dir), "--dest", str(dest)).exit_code == 0
+    assert invoke("apply", "--set", str(fx.set_dir), "--target", str(dest)).exit_code == 0
+    return Repo(dest).run("rev-parse", "HEAD"), tree_snapshot(dest)
+
+
+def journal(fx: Fixture) -> Path:
+    return fx.target / ".git" / "patchkit-apply.json"

@@ -134,7 +134,8 @@ def test_bad_upstream_status_is_refused(fx):
 
 def test_trailer_block_round_trips():
     header = patchset.PatchHeader(
-        "A", "a@x", "Sun, 1 Mar 2026 00:00:00 +0000", "subject", "body\n\nUpstream-Status: Pending"
+        author_name="A", author_email="a@x", date="Sun, 1 Mar 2026 00:00:00 +0000", subject="subject",
+        body="body\n\nUpstream-Status: Pending",
     )
     message = patchset.message_with_trailers(header, "tiny@1.0.0", "0001-x.patch")
     assert patchset.split_trailers(message) == (header.message(), "0001-x.patch")

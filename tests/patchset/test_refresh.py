@@ -75,13 +75,20 @@ def test_new_commit_gets_a_numbered_name_and_removed_patch_is_reported(fx):
     }
     assert (fx.set_dir / "series").read_text().splitlines()[-1] == "0006-Add-a-sixth-module.patch"
     assert (fx.set_dir / "series").read_text().startswith("# tiny set")
-    # drop patch 5 (and the sixth) again: reported as removed
+    # drop patch 5 (and the sixth) again: never removed implicitly, then reported as removed
     fx.repo().run("reset", "-q", "--hard", "HEAD~2")
+    before = helpers.set_snapshot(fx.set_dir)
     code, doc = refresh(fx)
+    assert code == 2 and "would remove 2 patch(es)" in doc["error"]["message"]
+    assert "--allow-remove" in doc["error"]["hint"]
+    assert helpers.set_snapshot(fx.set_dir) == before
+    code, doc = refresh(fx, "--allow-remove")
     assert code == 0, doc.get("error")
     statuses = {c["patch"]: c["status"] for c in doc["result"]["changes"]}
     assert statuses["0005-Patch-run.sh-and-f9.patch"] == "removed"
     assert not (fx.set_dir / "0005-Patch-run.sh-and-f9.patch").exists()
+    assert set(doc["result"]["files_removed"]) == {"0005-Patch-run.sh-and-f9.patch", "0006-Add-a-sixth-module.patch"}
+    assert set(doc["result"]["files_written"]) == {"series", "manifest.toml"}
 
 
 def test_context_change_is_reported_loudly_and_not_written_without_accept(fx):

@@ -24,11 +24,31 @@ if str(REPO_ROOT) not in sys.path:  # importable without an install, as the subp
 STANDIN = REPO_ROOT / "tests" / "fixtures" / "sglang_standin" / "sglang"
 SET_ID = "ddtree@1"
 
-MANIFEST = """\
+#: The set's [base]: make_target's root commit is what `patchkit base fetch` makes of this wheel, so the
+#: engine's own definition (patchset.state) finds the base and the set's commits on top of it.
+BASE_TABLES = """\
+[base]
+kind = "pypi"
+
+[base.pypi]
+package = "sglang"
+version = "0.5.12"
+wheel = "sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl"
+sha256 = "4ed786a38655851fd055ef57380c34d29b87753b53f63457309f51e5bf48c2e6"
+layout = { "sglang/" = "python/sglang/" }
+"""
+BASE_MESSAGE = "base: sglang 0.5.12, wheel sha256 4ed786a38655851fd055ef57380c34d29b87753b53f63457309f51e5bf48c2e6"
+
+#: A manifest's human part up to its tool tables: [set] (as ddtree@1) and [base].
+SET_HEADER = """\
 [set]
 name = "ddtree"
 version = "1"
+description = "a set for the smoke and bench tests"
 
+""" + BASE_TABLES
+
+MANIFEST = SET_HEADER + """
 [smoke]
 prompts = "smoke/prompts.jsonl"
 max_new_tokens = 12
@@ -66,11 +86,11 @@ def make_target(root: Path, trailer: str | None) -> Path:
     shutil.copytree(STANDIN, root / "python" / "sglang", ignore=shutil.ignore_patterns("__pycache__"))
     git(root, "init", "-q")
     git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "sglang 0.5.12 base")
-    if trailer:
+    git(root, "commit", "-q", "-m", BASE_MESSAGE)
+    if trailer:  # one patch commit as `patchkit apply` writes it: the set's trailer, then the patch's
         (root / "python" / "sglang" / "ddtree.py").write_text("# patched\n")
         git(root, "add", "-A")
-        git(root, "commit", "-q", "-m", f"Apply ddtree v1\n\n{trailer}")
+        git(root, "commit", "-q", "-m", f"Apply ddtree v1\n\n{trailer}\nPatchkit-Patch: 0001-standin.patch")
     return root
 
 

@@ -131,4 +131,5 @@ def test_target_that_is_not_a_repository_is_reported_as_unknown(smoke_env):
     (plain / "python" / "sglang").mkdir(parents=True)
     out = smoke_env.run("--target", str(plain))
     assert out.code == 2
-    assert f"cannot tell whether {plain} is patched by ddtree@1: {plain} is not a git repository" in out.doc["error"]["message"]
+    message = out.doc["error"]["message"]
+    assert f"cannot tell whether {plain} is patched by ddtree@1: target {plain} is not a git repository" in message

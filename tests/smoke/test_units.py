@@ -9,7 +9,8 @@ from patchkit.smoke.client import Generation
 from patchkit.smoke.compare import compare, first_mismatch, summarize
 from patchkit.smoke.preflight import _parse_nvidia_smi, check_port
 from patchkit.smoke.prompts import load_prompts
-from patchkit.smoke.setinfo import load_smoke_profile
+from patchkit.manifest import load
+from tests.smoke.conftest import SET_HEADER
 
 
 def gen(ids, verify=None, accept=None, total=1.0, ttft=0.1):
@@ -59,8 +60,8 @@ def test_shipped_prompt_set_loads():
 
 
 def test_profile_defaults_and_set_identity(tmp_path):
-    (tmp_path / "manifest.toml").write_text('[set]\nname = "ddtree"\nversion = "1"\n[smoke]\ngrace_period_s = 2\n')
-    profile = load_smoke_profile(tmp_path)
+    (tmp_path / "manifest.toml").write_text(SET_HEADER + '[smoke]\ngrace_period_s = 2\n')
+    profile = load(tmp_path, with_lock=False).smoke
     assert profile.set_id == "ddtree@1" and profile.grace_period_s == 2
     assert profile.prompts == tmp_path / "smoke" / "prompts.jsonl"
     assert profile.profile_args == () and profile.draft_model_flag == "--speculative-draft-model-path"
@@ -69,7 +70,7 @@ def test_profile_defaults_and_set_identity(tmp_path):
 def test_manifest_toml_error_names_line(tmp_path):
     (tmp_path / "manifest.toml").write_text('[set]\nname = "x"\nversion = \n')
     with pytest.raises(BadInput) as caught:
-        load_smoke_profile(tmp_path)
+        load(tmp_path, with_lock=False)
     assert caught.value.location.line == 3
 
 

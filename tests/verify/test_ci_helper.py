@@ -7,7 +7,7 @@ import stat
 import subprocess
 
 import pytest
-from verify_helpers import REPO
+from tests.verify.verify_helpers import REPO
 
 SCRIPT = REPO / "ci" / "verify.sh"
 WORKFLOW = REPO / "ci" / "patchkit-verify.yml"
@@ -53,3 +53,22 @@ def test_the_workflow_runs_the_helper_and_uploads_the_report_even_on_failure():
     upload = text[text.index("upload the JUnit report"):]
     assert "if: always()" in upload and "path: patchkit-verify.xml" in upload
     assert "PATCHKIT_JUNIT: patchkit-verify.xml" in text
+
+
+def test_ci_runs_the_readme_test_command_then_the_slow_tests_it_skips():
+    """.ci/run and the quick start cannot drift apart, and the slow tests are deselected, not dropped."""
+    from patchkit import tomlfile
+
+    readme = (REPO / "README.md").read_text()
+    quick_start = readme[readme.index("## Quick start"):]
+    block = quick_start[quick_start.index("```sh") + 5:quick_start.index("```", quick_start.index("```sh") + 5)]
+    commands = [line for line in block.strip().splitlines() if line.strip()]
+    assert len(commands) == 2, "the quick start is two commands"
+    steps = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    test_command = commands[1]
+    assert test_command in steps, f".ci/run must run the README's test command: {test_command}"
+    after = steps[steps.index(test_command) + 1:]
+    assert any("pytest" in step and "-m slow" in step for step in after)
+    pyproject = REPO / "pyproject.toml"
+    pytest_config = tomlfile.parse(pyproject.read_text(), pyproject)["tool"]["pytest"]["ini_options"]
+    assert pytest_config["addopts"] == "-m 'not slow'"

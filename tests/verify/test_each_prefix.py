@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from corpus.fixtures import REPO, V1, clean_tree, patchkit, pristine_base, seeded_home  # noqa: F401
+from tests.verify.corpus.fixtures import REPO, V1, clean_tree, patchkit, pristine_base, seeded_home  # noqa: F401
 
 from patchkit.git import init_repo
 
@@ -108,7 +108,11 @@ def test_a_bisectable_series_passes(misordered_set, tmp_path):
     series = (set_dir / "series").read_text().splitlines()
     reordered = [line for line in series if "later" in line] + [line for line in series if "later" not in line]
     (set_dir / "series").write_text("\n".join(reordered) + "\n")  # later.py first: every prefix imports
-    done = cli("verify", "--set", set_dir, "--target", target, "--gate", "compile", "--each-prefix", "--json", home=home)
+    locked = cli("lock", "--set", set_dir, home=home)  # the lock pins the series order too
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    # the target was applied in the old order (same post-image, other commits): --allow-drift says so and runs
+    done = cli("verify", "--set", set_dir, "--target", target, "--gate", "compile", "--each-prefix", "--json",
+               "--allow-drift", home=home)
     run = prefix_run(json.loads(done.stdout))
     assert run["status"] == "pass", run["findings"]
     assert any("3 prefixes checked" in f["message"] for f in run["findings"])
@@ -116,6 +120,7 @@ def test_a_bisectable_series_passes(misordered_set, tmp_path):
 
 @pytest.mark.slow
 def test_v1_is_not_bisectable_exactly_where_0005_imports_ddtree_info(clean_tree, seeded_home):  # noqa: F811
+    from checks.registry import EACH_PREFIX, GATES
     from patchkit.verify.run import verify
 
     import os
@@ -123,7 +128,7 @@ def test_v1_is_not_bisectable_exactly_where_0005_imports_ddtree_info(clean_tree,
     old = os.environ.get("PATCHKIT_HOME")
     os.environ["PATCHKIT_HOME"] = str(seeded_home)
     try:
-        result = verify(V1, clean_tree, ("compile",), each_prefix=True)
+        result = verify(V1, clean_tree, ("compile",), registry=GATES, extra=EACH_PREFIX)
     finally:
         os.environ["PATCHKIT_HOME"] = old or ""
     (run,) = [g for g in result.gates if g.gate == "each-prefix"]

@@ -15,9 +15,11 @@ from patchkit.verify.cache import ResultCache, key_of
 OFFLINE_SPEC = {"packages": ["pip"], "pip_args": ["--no-index"]}  # installs nothing new, needs no network
 
 
-def test_env_is_created_once_and_reused(tmp_path):
-    python = envs.ensure_env(OFFLINE_SPEC, tmp_path)
+def test_env_is_created_once_and_reused_and_its_creation_is_reported(tmp_path):
+    notes: list[str] = []
+    python = envs.ensure_env(OFFLINE_SPEC, tmp_path, notes.append)
     assert python.is_file() and (python.parent.parent / envs.MARKER).is_file()
+    assert notes[0] == f"creating the [verify.env] environment (Python {envs.RUNNING}, 1 packages)"
     assert envs.reports_version(str(python), envs.RUNNING)
     started = time.monotonic()
     assert envs.ensure_env(dict(reversed(list(OFFLINE_SPEC.items()))), tmp_path) == python  # same spec, same env
@@ -26,7 +28,8 @@ def test_env_is_created_once_and_reused(tmp_path):
 
 def test_a_different_spec_gets_a_different_env(tmp_path, monkeypatch):
     built = []
-    monkeypatch.setattr(envs, "create_env", lambda env_dir, spec: (env_dir.mkdir(parents=True), (env_dir / envs.MARKER).write_text("{}"), built.append(spec)))
+    monkeypatch.setattr(envs, "create_env", lambda env_dir, spec, progress: (
+        env_dir.mkdir(parents=True), (env_dir / envs.MARKER).write_text("{}"), built.append(spec)))
     first = envs.ensure_env({"packages": ["a==1"]}, tmp_path)
     second = envs.ensure_env({"packages": ["a==2"]}, tmp_path)
     assert first != second and len(built) == 2
@@ -35,20 +38,25 @@ def test_a_different_spec_gets_a_different_env(tmp_path, monkeypatch):
 def test_concurrent_callers_build_one_env(tmp_path, monkeypatch):
     built = []
 
-    def slow_create(env_dir, spec):
+    def slow_create(env_dir, spec, progress):
         built.append(spec)
         time.sleep(0.5)
         env_dir.mkdir(parents=True)
         (env_dir / envs.MARKER).write_text("{}")
 
     monkeypatch.setattr(envs, "create_env", slow_create)
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(envs.ensure_env({"packages": ["x==1"]}, tmp_path))) for _ in range(3)]
+    results, notes = [], []
+
+    def call():
+        results.append(envs.ensure_env({"packages": ["x==1"]}, tmp_path, notes.append))
+
+    threads = [threading.Thread(target=call) for _ in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert len(built) == 1 and len(set(results)) == 1
+    assert "another patchkit run is creating it" in notes[0]  # the waiters say why they wait
 
 
 def test_a_half_built_env_is_rebuilt(tmp_path, monkeypatch):
@@ -57,7 +65,7 @@ def test_a_half_built_env_is_rebuilt(tmp_path, monkeypatch):
     (tmp_path / key / "junk").mkdir(parents=True)  # a crash left a folder without the marker
     seen = []
 
-    def create(env_dir, spec):
+    def create(env_dir, spec, progress):
         seen.append(env_dir.exists())
         env_dir.mkdir()
         (env_dir / envs.MARKER).write_text("{}")

@@ -13,7 +13,7 @@ import pytest
 
 from checks.registry import GATES
 from patchkit.verify.api import Severity
-from patchkit.verify.run import GateStatus, run_gate
+from patchkit.verify.run import run_gate
 
 CASES = [(name, example) for name in GATES for example in GATES[name].EXAMPLES]
 
@@ -30,7 +30,7 @@ def test_every_gate_ships_passing_and_failing_examples():
 def test_gate_example(gate, example, make_ctx):
     ctx = make_ctx(example.files, {"verify": {gate: example.config}} if example.config else {})
     run = run_gate(gate, GATES.__getitem__, ctx)  # as the runner does: a refused config becomes a finding
-    assert run.status != GateStatus.CRASH, run.traceback
+    assert run.status != "crash", run.traceback
     findings = run.findings
     assert all(f.gate == gate for f in findings)
     blocking = [f for f in findings if f.severity in (Severity.ERROR, Severity.WARNING)]

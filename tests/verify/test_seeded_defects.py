@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corpus.fixtures import V1, clean_tree, context, patchkit, pristine_base, run_one, seeded_home  # noqa: F401
-from corpus.seeding import Edit, realise, seeded
+from tests.verify.corpus.fixtures import V1, clean_tree, context, patchkit, pristine_base, run_one, seeded_home  # noqa: F401
+from tests.verify.corpus.seeding import Edit, realise, seeded
 
 pytestmark = pytest.mark.skipif(not (V1 / "manifest.toml").is_file(), reason="ddtree_patches/v1 is absent")
 
@@ -145,7 +145,7 @@ def check_row(defect: Defect, tree: Path, home: Path) -> None:
     seed = realise(V1, tree, defect.edit)
     with seeded(tree, seed):
         run = run_one(context(tree, home, defect.config), defect.gate)
-    assert run.status.value == "fail", (run.status, run.traceback, run.findings)
+    assert run.status == "fail", (run.status, run.traceback, run.findings)
     errors = [f for f in run.findings if f.severity.value == "error"]
     file, line = expected_place(defect, seed.file, seed.line)
     if line:
@@ -173,16 +173,17 @@ def test_clean_v1_passes_every_gate(clean_tree, seeded_home):  # noqa: F811
     """The whole command's core on the clean tree: every gate passes, nothing warns, nothing crashed."""
     import os
 
+    from checks.registry import GATES
     from patchkit.verify.run import verify
 
     old = os.environ.get("PATCHKIT_HOME")
     os.environ["PATCHKIT_HOME"] = str(seeded_home)
     try:
-        result = verify(V1, clean_tree)
+        result = verify(V1, clean_tree, registry=GATES)
     finally:
         os.environ["PATCHKIT_HOME"] = old or ""
     blocking = [(f.gate, f.file, f.line, f.message) for f in result.findings() if f.severity.value in ("error", "warning")]
-    crashed = [run.gate for run in result.gates if run.status.value == "crash"]
+    crashed = [run.gate for run in result.gates if run.status == "crash"]
     assert (result.exit_code, blocking, crashed) == (0, [], []), json.dumps(blocking, indent=1)[-6000:]
 
 
@@ -192,7 +193,7 @@ def test_the_static_rows_run_through_the_real_cli_too(clean_tree, seeded_home, t
     import shutil
     import subprocess
 
-    from corpus.seeding import _edited_patch
+    from tests.verify.corpus.seeding import _edited_patch
 
     defect = next(d for d in DEFECTS if d.name == "misspelt field of a typed parameter")
     set_dir = tmp_path / "set"

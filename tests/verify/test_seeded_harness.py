@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import test_seeded_defects as seeded_suite
-from corpus.seeding import Edit, load_edits, realise, seeded
+from tests.verify import test_seeded_defects as seeded_suite
+from tests.verify.corpus.seeding import Edit, load_edits, realise, seeded
 
 from checks.registry import GATES
 

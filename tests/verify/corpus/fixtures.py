@@ -89,10 +89,10 @@ def context(tree: Path, home: Path, config: dict[str, dict[str, Any]] | None = N
         else:
             os.environ["PATCHKIT_HOME"] = old
     if config:
-        verify = dict(ctx.manifest.get("verify", {}))
+        verify = dict(ctx.manifest.verify)
         for gate, table in config.items():
             verify[gate] = {**verify.get(gate, {}), **table}
-        ctx = dataclasses.replace(ctx, manifest={**ctx.manifest, "verify": verify})
+        ctx = dataclasses.replace(ctx, manifest=dataclasses.replace(ctx.manifest, verify=verify))
     return ctx
 
 

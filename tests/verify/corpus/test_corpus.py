@@ -46,7 +46,7 @@ def run_entry(edit: Edit, tree: Path, home: Path, stop_at_own_file: bool) -> tup
         ctx = context(tree, home)
         for gate in ORDER:
             run = run_one(ctx, gate)
-            assert run.status.value != "crash", run.traceback
+            assert run.status != "crash", run.traceback
             errors = [f for f in run.findings if f.severity.value == "error"]
             blocking += [(gate, f.file, f.line, f.message[:200]) for f in run.findings
                          if f.severity.value in ("error", "warning")]

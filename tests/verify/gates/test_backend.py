@@ -99,11 +99,10 @@ def test_real_patched_tree_with_v1_expectations(tmp_path):
     tree = os.environ.get("PATCHKIT_TEST_TREE")
     if not tree or not os.environ.get("PATCHKIT_VERIFY_PYTHON"):
         pytest.skip("set PATCHKIT_TEST_TREE and PATCHKIT_VERIFY_PYTHON to run against a real tree")
-    from patchkit.verify.api import VerifyContext
+    from patchkit.verify.run import build_context
 
-    set_dir = Path(__file__).resolve().parents[2] / "ddtree_patches" / "v1"
-    ctx = VerifyContext(root=Path(tree), set_dir=set_dir, manifest={}, touched=(), cache_dir=tmp_path / "cache",
-                        env_dir=tmp_path / "envs")
+    set_dir = Path(__file__).resolve().parents[3] / "ddtree_patches" / "v1"
+    ctx = build_context(set_dir, Path(tree))
     findings = backend.run(ctx)
     assert errors(findings) == []
     assert sum(f.severity == Severity.INFO for f in findings) >= 20

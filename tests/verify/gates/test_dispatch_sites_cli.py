@@ -5,11 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from patchkit.testing.verify import write_manifest
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _git(cwd, *args):
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 def test_new_site_is_added_unreviewed_and_reported(tmp_path):
@@ -23,8 +25,8 @@ def test_new_site_is_added_unreviewed_and_reported(tmp_path):
         "def f(algo):\n    return algo.is_eagle()\n\n\ndef g(algo):\n    return algo.is_dflash()\n")
     set_dir = tmp_path / "set"
     (set_dir / "expectations").mkdir(parents=True)
-    (set_dir / "manifest.toml").write_text(
-        '[set]\nname = "t"\nversion = "1"\n\n[verify.dispatch]\ndeclarations = "expectations/dispatch.toml"\n')
+    base = _git(tree, "rev-parse", "HEAD").strip()
+    write_manifest(set_dir, base, {"verify": {"dispatch": {"declarations": "expectations/dispatch.toml"}}})
     env = {"PYTHONPATH": str(REPO), "PATCHKIT_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "patchkit", "dispatch-sites", "--set", str(set_dir),
                            "--target", str(tree), "--json"], capture_output=True, text=True, env=env)

@@ -5,20 +5,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.verify.verify_helpers import make_tree
+from patchkit.testing.verify import make_tree, write_manifest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_symbol_table_names_definition_import_and_use(tmp_path):
-    tree = make_tree(tmp_path / "tree", {}, {
+    tree, base = make_tree(tmp_path / "tree", {}, {
         "python/pkg/__init__.py": "",
         "python/pkg/a.py": "class FooWorker:\n    def __init__(self, n):\n        self.n = n\n",
         "python/pkg/b.py": "from pkg.a import FooWorker\n\n\ndef make():\n    return FooWorker(3)\n",
     })
     set_dir = tmp_path / "set"
-    set_dir.mkdir()
-    (set_dir / "manifest.toml").write_text('[set]\nname = "t"\nversion = "1"\n\n[verify.xref]\nfamily = "Foo"\n')
+    write_manifest(set_dir, base, {"verify": {"xref": {"family": "Foo"}}})
     env = {"PYTHONPATH": str(REPO), "PATCHKIT_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "patchkit", "symbols", "--set", str(set_dir), "--target", str(tree),
                            "--json"], capture_output=True, text=True, env=env)

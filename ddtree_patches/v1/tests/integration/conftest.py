@@ -27,8 +27,17 @@ def _tree_python() -> Path:
 
 
 def _put_on_path(path: Path) -> None:
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+    # In front even when already listed: another set's tree may have been put before it.
+    if str(path) in sys.path:
+        sys.path.remove(str(path))
+    sys.path.insert(0, str(path))
+
+
+def _forget_sglang() -> None:
+    """Drop every imported sglang module, so that another set's tree (its tests collected in the same
+    run) or a half-failed import cannot leak into this tree's import."""
+    for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
+        del sys.modules[name]
 
 
 # Stubs first, then the tree in front of them: the tree's sglang must win over anything installed.
@@ -40,10 +49,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (*sys.path[:2], os.environ
 
 def _probe_sglang() -> str | None:
     """Import the tree's sglang once; the import error, or None when it imports."""
+    _forget_sglang()
     try:
         import sglang.srt.speculative.ddtree_info  # noqa: F401
         import sglang.srt.speculative.dflash_worker  # noqa: F401
-    except ImportError as error:
+    except Exception as error:  # an ImportError, or a KeyError/AttributeError of a half-imported package
+        _forget_sglang()
         return f"{type(error).__name__}: {error}"
     return None
 

@@ -1,0 +1,127 @@
+"""Published acceptance tables (``patchkit bench --acceptance FILE``) and the speed they project.
+
+Random-weight models at a real shape measure what a round costs but not what it accepts; a table from
+a paper supplies the second. The file is TOML (or JSON with the same structure)::
+
+    source = "Ringel & Romano, arXiv 2604.12989, Fig. 3: MATH-500, Qwen3-8B, T = 0"
+    [dflash]
+    accept_length = 7.79
+    [ddtree.accept_length]
+    16 = 8.61
+    64 = 9.75
+
+Projection, per variant and concurrency level: tok/s per request = accept length / measured ms per
+round (the baseline accepts 1 token per decode step), and the speed-ups are ratios of those. What is
+measured (ms per round) and what is projected (the rest) stay apart in every report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchkit import tomlfile
+from patchkit.errors import BadInput, location
+
+#: Table name per variant kind.
+TABLES = {"chain": "dflash", "tree": "ddtree"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptanceTable:
+    path: Path
+    source: str
+    chain: float | None
+    tree: dict[int, float]
+
+    def accept_length(self, kind: str, budget: int | None) -> float | None:
+        if kind == "baseline":
+            return 1.0
+        if kind == "chain":
+            return self.chain
+        return self.tree.get(budget) if budget is not None else None
+
+
+def _positive(value: object, what: str, path: Path) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
+        raise BadInput(f"{what} must be a number >= 1 (tokens per round, bonus included), got {value!r}",
+                       location=location(path))
+    return float(value)
+
+
+def load_acceptance(path: Path) -> AcceptanceTable:
+    """Read and check an acceptance table; errors name the file (and the key)."""
+    if not path.is_file():
+        raise BadInput(f"acceptance table not found: {path}", hint="pass --acceptance FILE (.toml or .json)")
+    if path.suffix == ".json":
+        try:
+            doc = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise BadInput(f"not JSON: {error.msg}", location=location(path, error.lineno)) from error
+    else:
+        doc = tomlfile.load(path, f"acceptance table not found: {path}")
+    if not isinstance(doc, dict) or not isinstance(doc.get("source"), str) or not doc["source"].strip():
+        raise BadInput('the table needs a "source" (where the numbers come from)', location=location(path))
+    chain = doc.get("dflash", {}).get("accept_length") if isinstance(doc.get("dflash"), dict) else None
+    tree_raw = doc.get("ddtree", {}).get("accept_length", {}) if isinstance(doc.get("ddtree"), dict) else {}
+    if not isinstance(tree_raw, dict):
+        raise BadInput("[ddtree.accept_length] must map budgets to accept lengths", location=location(path))
+    tree = {}
+    for key, value in tree_raw.items():
+        if not str(key).isdigit() or int(key) < 1:
+            raise BadInput(f"[ddtree.accept_length] key {key!r} is not a budget", location=location(path))
+        tree[int(key)] = _positive(value, f"[ddtree.accept_length] {key}", path)
+    if chain is None and not tree:
+        raise BadInput("the table has neither [dflash] accept_length nor [ddtree.accept_length]",
+                       location=location(path))
+    return AcceptanceTable(path=path, source=doc["source"].strip(),
+                           chain=_positive(chain, "[dflash] accept_length", path) if chain is not None else None,
+                           tree=dict(sorted(tree.items())))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Projected:
+    """One variant at one level: the measured round cost beside the projected speed."""
+
+    variant: str
+    concurrency: int
+    measured_ms_per_round: float | None
+    accept_length: float | None  # from the table
+    projected_tok_s: float | None  # per request
+    vs_dflash: float | None
+    vs_baseline: float | None
+    note: str = ""
+
+
+#: (variant name, kind, budget, concurrency, measured ms per round)
+MeasuredRow = tuple[str, str, int | None, int, float | None]
+
+
+def project(rows: list[MeasuredRow], table: AcceptanceTable) -> tuple[Projected, ...]:
+    """Projected speed per measured row; the speed-ups compare rows of the same concurrency."""
+    speed: dict[tuple[str, int], float] = {}
+    kinds: dict[str, str] = {}
+    prepared = []
+    for name, kind, budget, concurrency, ms in rows:
+        kinds[name] = kind
+        accept = table.accept_length(kind, budget)
+        note = ""
+        if accept is None:
+            which = TABLES.get(kind, kind) + (f" B={budget}" if budget else "")
+            note = f"no accept length for {which} in the table"
+        tok_s = accept / ms * 1000 if accept is not None and ms else None
+        if tok_s is not None:
+            speed[(name, concurrency)] = tok_s
+        prepared.append((name, kind, concurrency, ms, accept, tok_s, note))
+    chain = next((n for n, k in kinds.items() if k == "chain"), None)
+    baseline = next((n for n, k in kinds.items() if k == "baseline"), None)
+
+    def ratio(tok_s: float | None, reference: str | None, concurrency: int) -> float | None:
+        base = speed.get((reference, concurrency)) if reference else None
+        return tok_s / base if tok_s is not None and base else None
+
+    return tuple(Projected(variant=name, concurrency=c, measured_ms_per_round=ms, accept_length=accept,
+                           projected_tok_s=tok_s, vs_dflash=ratio(tok_s, chain, c),
+                           vs_baseline=ratio(tok_s, baseline, c), note=note)
+                 for name, kind, c, ms, accept, tok_s, note in prepared)

@@ -1,0 +1,128 @@
+"""The typed results of ``patchkit bench`` (its ``--json`` keys are these fields; tests pin them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import mean
+
+from patchkit.bench import measure
+from patchkit.bench.acceptance import Projected
+from patchkit.bench.sampling import SamplingCheck
+from patchkit.results import CommandResult
+from patchkit.smoke.preflight import Preflight
+from patchkit.smoke.server import Teardown
+
+#: Bumped when a key of the bench's JSON result changes meaning or goes away (tests pin the keys).
+BENCH_SCHEMA = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spread:
+    """Mean, lowest and highest over the repeats."""
+
+    mean: float
+    min: float
+    max: float
+
+
+def spread(values: list[float | None]) -> Spread | None:
+    kept = [v for v in values if v is not None]
+    return Spread(mean=mean(kept), min=min(kept), max=max(kept)) if kept else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mismatch:
+    prompt_id: str
+    repeat: int  # 0-based; -1 is the warm-up
+    request: int
+    first_mismatch: int
+    reference_continuation: tuple[int, ...]
+    continuation: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LevelRun:
+    concurrency: int
+    requests: int
+    repeats: tuple[measure.RepeatStats, ...]
+    per_request_tok_s: Spread | None
+    aggregate_tok_s: Spread | None
+    ttft_ms: Spread | None
+    ms_per_round: Spread | None
+    accept_length: float | None
+    histogram: measure.Histogram | None
+    compared: int = 0
+    mismatches: tuple[Mismatch, ...] = ()
+    vs_baseline: Spread | None = None  # aggregate tok/s over the baseline's, repeat by repeat
+    vs_dflash: Spread | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantRun:
+    name: str  # e.g. "baseline", "dflash", "ddtree-b64"
+    label: str  # e.g. "DDTREE B=64"
+    kind: str
+    budget: int | None
+    argv: tuple[str, ...]
+    log: Path
+    ready_s: float | None
+    teardown: Teardown
+    failure: str | None = None
+    log_tail: str = ""
+    levels: tuple[LevelRun, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.teardown.clean
+
+    def accept_length(self) -> float | None:
+        rounds = sum(r.verify_rounds or 0 for level in self.levels for r in level.repeats)
+        tokens = sum(r.output_tokens for level in self.levels for r in level.repeats if r.verify_rounds)
+        return tokens / rounds if rounds else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeGain:
+    variant: str
+    budget: int
+    accept_length: float
+    dflash_accept_length: float
+    gain: float
+    ok: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Projection:
+    table: Path
+    source: str
+    rows: tuple[Projected, ...]
+
+
+@dataclass(frozen=True)
+class BenchResult(CommandResult):
+    schema: int = BENCH_SCHEMA
+    mode: str = "speed"  # or "sampling"
+    set_id: str = ""
+    gpus: int = 0
+    preflight: Preflight | None = None
+    logs: Path | None = None
+    prompt_file: Path | None = None
+    prompts: int = 0
+    skipped_prompts: tuple[str, ...] = ()
+    max_new_tokens: int = 0
+    budgets: tuple[int, ...] = ()
+    concurrency: tuple[int, ...] = ()
+    repeats: int = 0
+    warmup: int = 0
+    outputs_checked: bool = True
+    variants: tuple[VariantRun, ...] = ()
+    mismatches: int = 0
+    expected_tree_gain: float | None = None
+    tree_gain: tuple[TreeGain, ...] = ()
+    projection: Projection | None = None
+    sampling: SamplingCheck | None = None
+    report: Path | None = None
+    plot: Path | None = None
+    plot_note: str | None = None
+    failures: tuple[str, ...] = field(default_factory=tuple)

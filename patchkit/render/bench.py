@@ -1,0 +1,88 @@
+"""Human output of ``patchkit bench``: the speed table, histograms, tree gain, projection, or the
+sampling table; the verdict last. ``--json`` goes through the common envelope."""
+
+from __future__ import annotations
+
+from patchkit.bench import report
+from patchkit.bench.results import BenchResult
+from patchkit.render import NORMAL, QUIET, human, out, say, table
+
+
+def _speed(result: BenchResult) -> None:
+    shown = table("variant", "conc.", "ready s", "tok/s/req", "tok/s agg", "x base", "x DFLASH", "ms/round",
+                  "accept", "TTFT ms", "outputs",
+                  title=f"bench {result.set_id}: {result.prompts} prompts x {result.max_new_tokens} tokens, "
+                        f"{result.repeats} repeats (mean, lowest-highest)")
+    for run, level in report.speed_rows(result):
+        shown.add_row(run.label, str(level.concurrency), report.fmt(run.ready_s, ".1f"),
+                      report.spread_words(level.per_request_tok_s), report.spread_words(level.aggregate_tok_s),
+                      report.spread_words(level.vs_baseline, ".2f"), report.spread_words(level.vs_dflash, ".2f"),
+                      report.spread_words(level.ms_per_round, ".2f"), report.fmt(level.accept_length, ".2f"),
+                      report.spread_words(level.ttft_ms, ".1f"), report.lossless_words(level, result.outputs_checked))
+    out().print(shown)
+    for run, level in report.speed_rows(result):
+        if level.histogram:
+            say(f"accept lengths {run.label} c={level.concurrency}: {report.histogram_words(level.histogram)}")
+    for gain in result.tree_gain:
+        say(f"tree gain {gain.variant}: {gain.accept_length:.2f} / {gain.dflash_accept_length:.2f} = {gain.gain:.2f}x "
+            f"({'ok' if gain.ok else 'BELOW'} the expected {result.expected_tree_gain:g}x)")
+    if result.projection:
+        projected = table("variant", "conc.", "ms/round MEASURED", "accept (table)", "tok/s PROJECTED",
+                          "x DFLASH PROJECTED", "x base PROJECTED", "note",
+                          title=f"projected with {result.projection.table.name} ({result.projection.source})")
+        for row in result.projection.rows:
+            projected.add_row(row.variant, str(row.concurrency), report.fmt(row.measured_ms_per_round, ".2f"),
+                              report.fmt(row.accept_length, ".2f"), report.fmt(row.projected_tok_s, ".1f"),
+                              report.fmt(row.vs_dflash, ".2f"), report.fmt(row.vs_baseline, ".2f"), row.note)
+        out().print(projected)
+
+
+def _mismatches(result: BenchResult) -> None:
+    for run, level in report.speed_rows(result):
+        for m in level.mismatches[:5]:
+            say(f"MISMATCH {run.label} c={level.concurrency} repeat {m.repeat} prompt {m.prompt_id} at "
+                f"{m.first_mismatch}: baseline {list(m.reference_continuation)} vs {list(m.continuation)}")
+
+
+def _sampling(result: BenchResult) -> None:
+    check = result.sampling
+    assert check is not None
+    shown = table("variant", "position", "chi-square", "df", "p-value", "distinct (base/var)", "verdict",
+                  title=f"sampling at T=1: {check.samples} x {check.tokens} tokens, prompt {check.prompt_id}, "
+                        f"fail below p = {check.alpha:g} / {check.tokens}")
+    for v in check.variants:
+        for p in v.positions:
+            shown.add_row(v.label, str(p.position), f"{p.test.statistic:.2f}", str(p.test.df), f"{p.test.p_value:.3g}",
+                          f"{p.distinct_baseline}/{p.distinct_variant}",
+                          "ok" if p.test.p_value >= v.threshold else "DIFFERS")
+    out().print(shown)
+    for v in check.variants:
+        say(f"{v.label}: same output as the baseline for the same seed in {v.same_as_baseline}/{check.samples}")
+
+
+def _server_failures(result: BenchResult) -> None:
+    served = [(r.label, r.failure, r.log, r.log_tail) for r in result.variants]
+    if result.sampling:
+        served += [(s.name, s.failure, s.log, s.log_tail) for s in result.sampling.servers]
+    for label, failure, log, tail in served:
+        if failure:
+            say(f"{label} server failed: {failure}\n  log: {log}")
+            if tail:
+                say("  last log lines:\n    " + tail.replace("\n", "\n    "))
+
+
+@human.register
+def _human_bench(result: BenchResult, verbosity: int = NORMAL) -> None:
+    if verbosity > QUIET:
+        if result.mode == "sampling":
+            _sampling(result)
+        else:
+            _speed(result)
+    _mismatches(result)
+    _server_failures(result)
+    for path, what in ((result.report, "report"), (result.plot, "plot")):
+        if path:
+            say(f"{what}: {path}")
+    if result.plot_note:
+        say(result.plot_note)
+    say(f"{report.verdict(result)}; logs in {result.logs}")

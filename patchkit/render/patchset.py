@@ -1,0 +1,125 @@
+"""Human output of the patch-set engine's commands: base fetch, apply, status, refresh, lock."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from patchkit.patchset.apply import ApplyResult
+from patchkit.patchset.base import BaseResult
+from patchkit.patchset.clean import CleanResult
+from patchkit.patchset.lock import LockResult
+from patchkit.patchset.refresh import RefreshResult
+from patchkit.patchset.status import StatusResult
+from patchkit.render import QUIET, human, out, say, table
+
+
+@human.register
+def _base(result: BaseResult, verbosity: int = 0) -> None:
+    how = "reused" if result.cached else ("created (wheel downloaded)" if result.downloaded else "created")
+    say(f"base {how}: {result.path}")
+    if verbosity > QUIET:
+        say(f"  commit {result.commit}  tree {result.tree}  ({result.kind})")
+        if result.wheel:
+            say(f"  wheel {result.wheel}  sha256 {result.wheel_sha256}")
+
+
+@human.register
+def _apply(result: ApplyResult, verbosity: int = 0) -> None:
+    if result.recovered:
+        say(f"recovery: {result.recovered}")
+    if result.state == "conflict" and result.conflict:
+        _conflict(result)
+        return
+    if result.state == "drift":
+        say(f"DRIFT: {result.target} is not exactly {result.set} applied to its base; nothing was changed")
+        for entry in result.drift:
+            say(f"  {entry.reason:<28} {entry.path}")
+        say("  (reset the tree to its base and re-run `patchkit apply`, or use `patchkit refresh` to keep edits)")
+        return
+    headline = {
+        "applied": f"applied {len(result.patches)} patches of {result.set} to {result.target}",
+        "already-applied": f"already applied: {result.set} is fully applied to {result.target}; nothing to do",
+        "dry-run": f"dry run: all {len(result.patches)} patches of {result.set} apply cleanly; nothing was changed",
+    }[result.state]
+    say(headline)
+    if verbosity > QUIET:
+        for patch in result.patches:
+            say(f"  ok  {patch.patch}  {(patch.commit or '')[:12]}  {patch.subject}")
+
+
+def _conflict(result: ApplyResult) -> None:
+    conflict = result.conflict
+    assert conflict is not None
+    where = f"{conflict.file}:{conflict.line}" if conflict.line else conflict.file
+    hunk = f", hunk {conflict.hunk}" if conflict.hunk else ""
+    say(f"CONFLICT: {conflict.patch}{hunk} does not apply at {where}")
+    say(f"  the target was not changed (still at {result.head_before[:12]})")
+    if conflict.expected or conflict.actual:
+        shown = table("expected by the patch", "in the tree")
+        for i in range(max(len(conflict.expected), len(conflict.actual))):
+            want = conflict.expected[i] if i < len(conflict.expected) else ""
+            have = conflict.actual[i] if i < len(conflict.actual) else ""
+            shown.add_row(Text(("  " if want == have else "! ") + want), Text(have))  # Text: code is not markup
+        out().print(shown)
+    if conflict.git_error:
+        say("git apply said:\n  " + conflict.git_error.replace("\n", "\n  "))
+
+
+@human.register
+def _status(result: StatusResult, verbosity: int = 0) -> None:
+    say(f"{result.target}: {result.state}  (set {result.set})")
+    if result.journal:
+        say(f"  recovery: {result.journal}")
+    say(f"  base: {'ok ' + (result.base_commit or '')[:12] if result.base_ok else 'NOT the pinned base'}")
+    for commit in result.applied:
+        mark = "ok" if commit.matches else "DIFFERS"
+        say(f"  applied  {commit.patch}  {commit.commit[:12]}  {mark}")
+    for name in result.missing:
+        say(f"  missing  {name}")
+    for entry in result.drift:
+        say(f"  drift    {entry.reason:<28} {entry.path}")
+
+
+@human.register
+def _refresh(result: RefreshResult, verbosity: int = 0) -> None:
+    """Per patch what changed, then exactly which files were written (or that nothing was)."""
+    if result.recovered:
+        say(f"recovery: {result.recovered}")
+    for change in result.changes:
+        loud = "  CONTEXT CHANGED" if change.context_changed else ""
+        counts = f" (+{change.added}/-{change.removed} lines)" if change.added or change.removed else ""
+        detail = f" - {change.detail}" if change.detail else ""
+        if verbosity > QUIET or change.status != "unchanged" or change.context_changed:
+            say(f"  {change.status:<26} {change.patch}{counts}{loud}{detail}")
+    if result.state == "blocked":
+        say("NOT written: a patch's context changed; review it, then re-run with --accept-context")
+    elif result.state == "unchanged":
+        say(f"nothing changed: {result.set} already matches the commits of {result.target}")
+    else:
+        wrote = f"wrote {', '.join(result.files_written)}" if result.files_written else ""
+        removed = f"removed {', '.join(result.files_removed)}" if result.files_removed else ""
+        say(f"refreshed {result.set}: {'; '.join(part for part in (wrote, removed) if part)}")
+
+
+@human.register
+def _lock(result: LockResult, verbosity: int = 0) -> None:
+    what = "updated" if result.changed else "already up to date"
+    say(f"lock {what}: {result.set}, base tree {result.base_tree}, {len(result.patches)} patches, "
+        f"{result.post_image_files} post-image files")
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+
+
+@human.register
+def _clean(result: CleanResult, verbosity: int = 0) -> None:
+    if not result.items:
+        say(f"nothing to clean (home {result.home}, cache {result.cache})")
+        return
+    for item in result.items:
+        reason = f"  ({item.reason})" if item.reason else ""
+        say(f"  {item.action:<12} {item.kind:<12} {_size(item.size):>9}  {item.path}{reason}")
+    verb = "would free" if result.dry_run else "freed"
+    kept = sum(1 for i in result.items if i.action == "kept")
+    say(f"{verb} {_size(result.freed)}" + (f"; kept {kept} (see the reasons above)" if kept else ""))

@@ -1,0 +1,196 @@
+"""One server's life, shared by ``patchkit smoke`` and ``patchkit bench``: the command line, the
+environment, launch, ``/health``, the work, teardown and the leftover check, and the way an interrupt
+or a failed request is reported.
+
+Both commands call :func:`serve` once per server, one server at a time, with the work to do while it is
+healthy; whatever happens (a crash, a hung request, Ctrl-C), the server's process group is torn down
+before :func:`serve` returns or raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from patchkit.errors import BadInput, Interrupted
+from patchkit.manifest import Manifest
+from patchkit.smoke import client
+from patchkit.smoke.preflight import Preflight, run_preflight
+from patchkit.smoke.prompts import Prompt
+from patchkit.smoke.server import ServerFailed, ServerGroup, Teardown
+
+SKIP_TOKENIZER_FLAG = "--skip-tokenizer-init"
+#: After a failed request, how long to wait for the server to die, so the report can say it did.
+EXIT_SETTLE_S = 1.0
+
+
+class Status(Protocol):
+    def update(self, text: str) -> None: ...
+
+
+class ServerUI(Protocol):
+    """What a server run shows while it works; :mod:`patchkit.render` implements it with rich."""
+
+    def status(self, text: str) -> contextlib.AbstractContextManager[Status]: ...
+
+    def note(self, text: str) -> None: ...
+
+
+class QuietUI:
+    """Shows nothing (library use and tests)."""
+
+    @contextlib.contextmanager
+    def status(self, text: str) -> Iterator[Status]:
+        yield self
+
+    def update(self, text: str) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """Everything that is the same for every server of one run."""
+
+    python: str
+    model: Path
+    draft_model: Path
+    target: Path
+    port: int
+    gpus: int
+    server_args: tuple[str, ...]
+    extra_args: tuple[str, ...]
+    draft_model_flag: str
+    startup_timeout_s: float
+    request_timeout_s: float
+    grace_period_s: float
+    logs: Path
+
+
+def server_argv(launch: Launch, variant_args: Sequence[str], uses_draft: bool) -> tuple[str, ...]:
+    """``PY -m sglang.launch_server`` with the shared, then the variant's, then the extra arguments."""
+    argv = [launch.python, "-m", "sglang.launch_server", "--model-path", str(launch.model),
+            "--host", "127.0.0.1", "--port", str(launch.port), "--tp-size", str(max(1, launch.gpus)),
+            *launch.server_args, *variant_args]
+    if uses_draft:
+        argv += [launch.draft_model_flag, str(launch.draft_model)]
+    return (*argv, *launch.extra_args)
+
+
+def server_env(target: Path) -> dict[str, str]:
+    """The patched tree's ``python/`` first on PYTHONPATH, unbuffered so the log shows progress."""
+    paths = [str((target / "python").resolve()), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "PYTHONUNBUFFERED": "1"}
+
+
+def default_logs_dir(command: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(os.environ.get("PATCHKIT_HOME", ".patchkit")) / "logs" / f"{command}-{stamp}-{os.getpid()}"
+
+
+def usable_prompts(prompts: tuple[Prompt, ...],
+                   argv_tail: tuple[str, ...]) -> tuple[tuple[Prompt, ...], tuple[str, ...]]:
+    """Text prompts cannot run on a server without a tokenizer; they are skipped, by id."""
+    if SKIP_TOKENIZER_FLAG not in argv_tail:
+        return prompts, ()
+    kept = tuple(p for p in prompts if not p.needs_tokenizer)
+    return kept, tuple(p.id for p in prompts if p.needs_tokenizer)
+
+
+def preflight_or_raise(*, gpus: int, python: str, port: int, model: Path, draft_model: Path, target: Path,
+                       manifest: Manifest) -> Preflight:
+    """Every preflight check; any failure is bad input (exit 2), listed in one line, nothing started."""
+    preflight = run_preflight(gpus=gpus, python=python, ports=(port,), model=model, draft_model=draft_model,
+                              target=target, manifest=manifest)
+    if not preflight.ok:
+        reasons = "; ".join(f"{c.name}: {c.detail}" for c in preflight.failures())
+        raise BadInput(f"preflight failed: {reasons}", hint="nothing was started")
+    return preflight
+
+
+def request(server: ServerGroup, prompt: Prompt, max_new_tokens: int, timeout_s: float,
+            sampling: dict[str, Any] | None = None) -> client.Generation:
+    """One ``/generate``; a failed request is a :class:`ServerFailed` naming the prompt (and the exit
+    code, if the server died)."""
+    try:
+        generation = client.generate(server.base_url, prompt, max_new_tokens, timeout_s, sampling=sampling)
+    except client.RequestFailed as error:
+        code = server.wait_exit(EXIT_SETTLE_S)
+        reason = f"{error}; the server exited with code {code}" if code is not None else str(error)
+        raise server.failure(f"prompt {prompt.id!r} failed: {reason}") from error
+    server.remember_descendants()
+    return generation
+
+
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """How one server's life went; the work's results are collected by the work itself."""
+
+    name: str
+    argv: tuple[str, ...]
+    log: Path
+    ready_s: float | None
+    teardown: Teardown
+    failure: str | None = None
+    log_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.teardown.clean
+
+
+class _Phase:
+    """Where a server's life is, so an interrupt can say what it interrupted."""
+
+    def __init__(self) -> None:
+        self.name = "launch"
+
+
+def serve(name: str, argv: Sequence[str], launch: Launch, ui: ServerUI,
+          work: Callable[[ServerGroup, Status], None]) -> Served:
+    """Launch one server, wait for ``/health``, run ``work(server, status)``, and always tear it down.
+
+    A :class:`ServerFailed` from the start or the work ends the work and is reported in the result;
+    Ctrl-C or SIGTERM tears the server down and raises :class:`Interrupted`.
+    """
+    server = ServerGroup(name, argv, env=server_env(launch.target), log=launch.logs / f"{name}.log",
+                         port=launch.port)
+    phase, ready_s, failure = _Phase(), None, None
+    try:
+        with ui.status(f"starting {name} server") as status:
+            server.start()
+            ready_s = server.wait_ready(launch.startup_timeout_s,
+                                        lambda line: status.update(f"starting {name} server: {line}"))
+            ui.note(f"{name} server ready in {ready_s:.1f}s")
+            phase.name = "check"
+            work(server, status)
+    except ServerFailed as error:
+        failure = error
+    except KeyboardInterrupt:
+        teardown = _teardown(server, launch, ui, name)
+        raise Interrupted(f"interrupted during {phase.name} of the {name} server; "
+                          f"{teardown_words(teardown)}; logs in {launch.logs}") from None
+    teardown = _teardown(server, launch, ui, name)
+    return Served(name=name, argv=tuple(argv), log=server.log, ready_s=ready_s, teardown=teardown,
+                  failure=failure.message if failure else None, log_tail=failure.log_tail if failure else "")
+
+
+def _teardown(server: ServerGroup, launch: Launch, ui: ServerUI, name: str) -> Teardown:
+    with ui.status(f"stopping {name} server"):
+        teardown = server.teardown(launch.grace_period_s)
+    ui.note(f"{name} server {teardown_words(teardown)}")
+    return teardown
+
+
+def teardown_words(teardown: Teardown) -> str:
+    how = "SIGKILLed after SIGTERM" if teardown.sigkill_sent else "stopped by SIGTERM"
+    if teardown.leftover_pids:
+        return f"{how}, but processes {list(teardown.leftover_pids)} are still alive"
+    return f"{how} in {teardown.seconds:.1f}s, no process left"

@@ -1,0 +1,185 @@
+"""The layout's import rules, read off the source with ``ast`` (eager and lazy imports alike; imports
+under ``if TYPE_CHECKING:`` are for the type checker only and are not counted):
+
+1. only ``patchkit/cli.py`` (the composition root) imports ``checks`` or ``patchkit.render``;
+2. ``checks`` imports from patchkit only the gate API (``patchkit.verify.{api,envs,cache,facts}``) and
+   the infrastructure modules;
+3. only ``patchkit/render/`` imports rich;
+4. ``patchkit/smoke/`` imports nothing of the engine but ``patchkit.patchset.state``;
+
+and three that keep the packages apart: ``patchkit.verify.api`` imports nothing else of verify, only
+``patchkit/git.py`` imports gitpython, and the modules of patchkit import each other without a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+INFRASTRUCTURE = {"patchkit", "patchkit.errors", "patchkit.proc", "patchkit.tomlfile", "patchkit.manifest",
+                  "patchkit.results", "patchkit.git"}
+GATE_API = {"patchkit.verify.api", "patchkit.verify.envs", "patchkit.verify.cache", "patchkit.verify.facts"}
+#: Ratchet: modules still importing gitpython directly, each with the change that removes it.
+GITPYTHON_LEFT: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # repo-relative file
+    module: str  # absolute module name imported
+    lazy: bool  # inside a function
+
+
+def module_of(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _targets(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+        return
+    base = node.module or ""
+    if node.level:  # relative: from . import x / from ..y import z
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*anchor, base] if base else anchor)
+    modules = [f"{base}.{alias.name}" for alias in node.names if _is_module(f"{base}.{alias.name}")]
+    yield from modules or [base]  # `from patchkit import proc` imports the module patchkit.proc
+
+
+def _is_module(name: str) -> bool:
+    path = REPO / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def imports_of(path: Path) -> list[Import]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    name = module_of(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[Import] = []
+
+    def visit(node: ast.AST, lazy: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for orelse in child.orelse:
+                    visit(orelse, lazy)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                rel = str(path.relative_to(REPO))
+                found.extend(Import(rel, target, lazy) for target in _targets(child, package))
+            inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def all_imports() -> list[Import]:
+    files = sorted([*(REPO / "patchkit").rglob("*.py"), *(REPO / "checks").rglob("*.py")])
+    return [imp for path in files for imp in imports_of(path)]
+
+
+IMPORTS = all_imports()
+
+
+def top(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def offenders(rule: str) -> list[str]:
+    return [f"{imp.source} imports {imp.module}" + (" (lazily)" if imp.lazy else "") for imp in IMPORTS
+            if _breaks(rule, imp)]
+
+
+def _breaks(rule: str, imp: Import) -> bool:
+    src = imp.source
+    if rule == "composition root":
+        in_render = src.startswith("patchkit/render/")
+        wanted = top(imp.module, "checks") or (top(imp.module, "patchkit.render") and not in_render)
+        return wanted and src.startswith("patchkit/") and src != "patchkit/cli.py"
+    if rule == "checks use the gate API":
+        allowed = GATE_API | INFRASTRUCTURE
+        return src.startswith("checks/") and top(imp.module, "patchkit") and imp.module not in allowed
+    if rule == "only render imports rich":
+        return top(imp.module, "rich") and not src.startswith("patchkit/render/")
+    if rule == "smoke sees only patchset.state":
+        return (src.startswith("patchkit/smoke/") and top(imp.module, "patchkit.patchset")
+                and imp.module != "patchkit.patchset.state")
+    if rule == "the gate API stands alone":
+        return src == "patchkit/verify/api.py" and top(imp.module, "patchkit.verify")
+    if rule == "one git wrapper":
+        return top(imp.module, "git") and src != "patchkit/git.py" and src not in GITPYTHON_LEFT
+    raise AssertionError(rule)
+
+
+@pytest.mark.parametrize("rule", ["composition root", "checks use the gate API", "only render imports rich",
+                                  "smoke sees only patchset.state", "the gate API stands alone", "one git wrapper"])
+def test_import_rule(rule):
+    assert offenders(rule) == []
+
+
+def test_the_rules_see_a_breach():
+    """The reader is not blind: a lazy import of checks from the runner would be caught."""
+    breach = Import("patchkit/verify/run.py", "checks.registry", lazy=True)
+    assert _breaks("composition root", breach)
+    assert not _breaks("composition root", Import("patchkit/cli.py", "checks.registry", lazy=True))
+    assert _breaks("only render imports rich", Import("patchkit/cli.py", "rich.console", lazy=False))
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph (as a path), or None."""
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def walk(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state and (found := walk(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := walk(node)):
+            return found
+    return None
+
+
+def test_patchkit_modules_import_each_other_without_a_cycle():
+    graph: dict[str, set[str]] = {}
+    for imp in IMPORTS:
+        source = module_of(REPO / imp.source)
+        if top(source, "patchkit") and top(imp.module, "patchkit") and imp.module != "patchkit":
+            if imp.module != source:
+                graph.setdefault(source, set()).add(imp.module)
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_importing_the_cli_loads_only_the_composition_root():
+    """Core modules load inside the commands: ``patchkit --help`` imports none of them."""
+    code = "import sys, patchkit.cli; print(' '.join(sorted(m for m in sys.modules if m.startswith('patchkit'))))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert set(done.stdout.split()) <= {"patchkit", "patchkit.cli", "patchkit.error_handler", "patchkit.errors",
+                                       "patchkit.render", "patchkit.results"}

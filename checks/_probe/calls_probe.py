@@ -117,11 +117,11 @@ def _run_call(call: dict[str, Any], env: dict[str, Any], touched: set[str],
     try:
         patches = [(eval(key.rpartition(".")[0], scope), key.rpartition(".")[2], eval(value, scope))
                    for key, value in call.get("patch", {}).items()]
+        saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]  # a patch must replace something
     except Exception:
         reason = traceback.format_exc(limit=2).strip().splitlines()[-1]
         row["problems"].append(f"could not set up the patches: {reason}")
         return row
-    saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
     result, error = None, None
     for obj, attr, value in patches:
         setattr(obj, attr, value)

@@ -8,9 +8,10 @@ require an error finding naming the expected file and line, with the row's messa
 clean set must pass every gate with no error or warning finding.
 
 Speed (issue 12): one patchkit home, base and applied tree for the session; gates run in process; the
-``tests`` row runs the one set test that catches its defect. Rows of the static gates (compile, xref,
-dispatch) need no environment and run by default; the rest, and the clean run of every gate, need
-the pinned verify environment and are marked ``slow``.
+``tests`` row runs the one set test that catches its defect. Every row is marked ``slow`` (the fast
+suite stays fast; .ci/run runs ``pytest -m slow`` after it): the static gates' rows (compile, xref,
+dispatch) need no environment but fetch the base and apply v1, the rest and the clean run of every
+gate need the pinned verify environment.
 """
 
 from __future__ import annotations
@@ -156,6 +157,7 @@ def check_row(defect: Defect, tree: Path, home: Path) -> None:
                                                                [(f.file, f.line, f.message[:200]) for f in errors])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("defect", [d for d in DEFECTS if d.gate in STATIC], ids=_ids(tuple(d for d in DEFECTS if d.gate in STATIC)))
 def test_static_gate_catches_its_seeded_defect(defect, clean_tree, seeded_home):  # noqa: F811
     check_row(defect, clean_tree, seeded_home)
@@ -187,6 +189,7 @@ def test_clean_v1_passes_every_gate(clean_tree, seeded_home):  # noqa: F811
     assert (result.exit_code, blocking, crashed) == (0, [], []), json.dumps(blocking, indent=1)[-6000:]
 
 
+@pytest.mark.slow
 def test_the_static_rows_run_through_the_real_cli_too(clean_tree, seeded_home, tmp_path):  # noqa: F811
     """One row end to end, as a user would: the edited set locked and applied by the CLI, then
     ``patchkit verify --gate`` with --json: the same finding at the same place as in process."""

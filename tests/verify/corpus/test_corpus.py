@@ -76,4 +76,10 @@ def test_corpus_targets():
     if len(RESULTS) < len(DEFECTS):
         pytest.skip(f"only {len(RESULTS)} of {len(DEFECTS)} corpus defects ran in this session")
     own = sum(o.own_file for o in RESULTS.values())
+    line = sum(o.own_line for o in RESULTS.values())
+    for name, o in RESULTS.items():  # the table, for benchmarks/README.md (shown with pytest -s)
+        print(f"corpus | {name} | {o.file}:{o.line} | {', '.join(o.caught_by)} | "
+              f"{'own file' if o.own_file else '-'} | {'own line' if o.own_line else '-'}")
+    print(f"corpus: {sum(bool(o.caught_by) for o in RESULTS.values())}/{len(DEFECTS)} caught, {own} at the "
+          f"defect's file, {line} at its line")
     assert own >= 0.9 * len(DEFECTS), sorted(name for name, o in RESULTS.items() if not o.own_file)

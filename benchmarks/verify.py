@@ -68,13 +68,13 @@ def forget_memos() -> None:
 # ---------------------------------------------------------------- gates
 
 
-def time_gates(ctx: VerifyContext, runs: int) -> list[dict[str, Any]]:
+def time_gates(ctx: VerifyContext, runs: int, gates: list[str]) -> list[dict[str, Any]]:
     """Per gate: one cold run (fresh cache and memos), then ``runs`` warm runs (median)."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-verify-cache-") as tmp:
         cold_ctx = dataclasses.replace(ctx, cache_dir=Path(tmp))
         forget_memos()
-        for name in GATES:
+        for name in gates:
             cold, cpu, findings = cpu_timed(lambda: GATES[name].run(cold_ctx))
             warm = statistics.median(timed(lambda: GATES[name].run(cold_ctx))[0] for _ in range(runs))
             rows.append({"gate": name, "cold_s": cold, "cold_cpu_s": cpu, "warm_s": warm, "errors": errors_of(findings)})
@@ -170,7 +170,8 @@ def time_type_checkers(ctx: VerifyContext, python: str) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- seeded defects and the corpus
 
 
-def catch_table(set_dir: Path, target: Path, python: str, edits: list[Any], benign: bool = False) -> list[dict[str, Any]]:
+def catch_table(set_dir: Path, target: Path, python: str, edits: list[Any], gates: list[str], tools: list[str],
+                benign: bool = False) -> list[dict[str, Any]]:
     """For each edit: which gates, pyright and mypy report an error the clean tree does not have, and
     whether a gate names the edited file (and line). The edit is realised in a scratch clone."""
     from tests.verify.corpus.seeding import realise, seeded
@@ -180,20 +181,23 @@ def catch_table(set_dir: Path, target: Path, python: str, edits: list[Any], beni
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "clone", "-q", str(target), str(tree)], check=True)
         clean = build_context(set_dir, tree)
-        baseline = {"pyright": (run_pyright(clean, python) or (0, set()))[1],
-                    "mypy": (run_mypy(clean, Path(tmp) / "mypy-clean") or (0, set()))[1]}
-        for n, edit in enumerate(edits):
+        # mypy's cache is keyed by file contents: one cache for every entry is correct and much faster
+        baseline = {"pyright": (run_pyright(clean, python) or (0, set()))[1] if "pyright" in tools else set(),
+                    "mypy": (run_mypy(clean, Path(tmp) / "mypy") or (0, set()))[1] if "mypy" in tools else set()}
+        for edit in edits:
             seed = realise(set_dir, tree, edit)
             with seeded(tree, seed):
                 ctx = build_context(set_dir, tree)
-                runs = [run_gate(name, GATES.__getitem__, ctx) for name in GATES]
+                runs = [run_gate(name, GATES.__getitem__, ctx) for name in gates]
                 caught = {r.gate: any(f.severity == Severity.ERROR for f in r.findings) for r in runs}
                 if benign:
                     caught = {r.gate: any(f.severity in (Severity.ERROR, Severity.WARNING) for f in r.findings)
                               for r in runs}
                 errors = [f for r in runs for f in r.findings if f.severity == Severity.ERROR]
-                caught["pyright"] = bool((run_pyright(ctx, python) or (0, set()))[1] - baseline["pyright"])
-                caught["mypy"] = bool((run_mypy(ctx, Path(tmp) / f"mypy{n}") or (0, set()))[1] - baseline["mypy"])
+                if "pyright" in tools:
+                    caught["pyright"] = bool((run_pyright(ctx, python) or (0, set()))[1] - baseline["pyright"])
+                if "mypy" in tools:
+                    caught["mypy"] = bool((run_mypy(ctx, Path(tmp) / "mypy") or (0, set()))[1] - baseline["mypy"])
             rows.append({"entry": edit.name, "kind": edit.kind, "file": seed.file, "line": seed.line, "caught": caught,
                          "own_file": any(f.file == seed.file for f in errors),
                          "own_line": any((f.file, f.line) == (seed.file, seed.line) for f in errors)})
@@ -203,7 +207,7 @@ def catch_table(set_dir: Path, target: Path, python: str, edits: list[Any], beni
 
 
 def seeded_edits() -> list[Any]:
-    import test_seeded_defects as seeded
+    from tests.verify import test_seeded_defects as seeded
 
     return [d.edit for d in seeded.DEFECTS]
 
@@ -227,22 +231,23 @@ def markdown(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows])
 
 
-def print_catches(title: str, rows: list[dict[str, Any]], benign: bool = False) -> None:
-    tools = [*GATES, "pyright", "mypy"]
+def print_catches(title: str, rows: list[dict[str, Any]], gates: list[str], checkers: list[str],
+                  benign: bool = False) -> None:
+    tools = [*gates, *checkers]
     body = [[r["entry"], r["kind"], *("✔" if r["caught"].get(t) else "✗" for t in tools)]
             + ([] if benign else ["✔" if r["own_file"] else "✗", "✔" if r["own_line"] else "✗"]) for r in rows]
     headers = ["entry", "class", *tools] + ([] if benign else ["own file", "own line"])
     print(f"\n{title}\n\n" + markdown(headers, body))
     if not benign:
-        caught = sum(any(r["caught"].get(g) for g in GATES) for r in rows)
+        caught = sum(any(r["caught"].get(g) for g in gates) for r in rows)
         own = sum(r["own_file"] for r in rows)
         line = sum(r["own_line"] for r in rows)
-        for tool in ("pyright", "mypy"):
+        for tool in checkers:
             print(f"{tool}: {sum(r['caught'].get(tool, False) for r in rows)}/{len(rows)} caught")
         print(f"gates: {caught}/{len(rows)} caught, {own}/{len(rows)} with an error at the edited file, "
               f"{line}/{len(rows)} at the edited line")
     else:
-        noisy = [r["entry"] for r in rows if any(r["caught"].get(g) for g in GATES)]
+        noisy = [r["entry"] for r in rows if any(r["caught"].get(g) for g in gates)]
         print(f"gates: findings on {len(noisy)} of {len(rows)} benign edits {noisy}")
 
 
@@ -255,15 +260,21 @@ def main() -> None:
     parser.add_argument("--corpus", action="store_true", help="also build the corpus catch tables")
     parser.add_argument("--no-timing", action="store_true", help="skip the timing tables")
     parser.add_argument("--json", type=Path, help="write the raw numbers here")
+    parser.add_argument("--gates", default=",".join(GATES), help="comma-separated gates to time and to catch with")
+    parser.add_argument("--tools", default="pyright,mypy", help="comma-separated type checkers to compare ('' for none)")
+    parser.add_argument("--no-cli", action="store_true", help="skip timing the whole command")
     args = parser.parse_args()
+    gates = [g for g in args.gates.split(",") if g]
+    tools = [t for t in args.tools.split(",") if t]
 
     ctx = build_context(args.set_dir, args.target)
     env_s, interpreter = timed(lambda: verify_interpreter(ctx))
     report: dict[str, Any] = {"touched_py": len(py_files(ctx)), "env_s": env_s, "cpus": os.cpu_count(),
                               "load": os.getloadavg()}
     if not args.no_timing:
-        report |= {"gates": time_gates(ctx, args.runs), "cli": time_cli(ctx.set_dir, ctx.root, args.runs),
-                   "type_checkers": time_type_checkers(ctx, interpreter.python)}
+        report |= {"gates": time_gates(ctx, args.runs, gates),
+                   "cli": None if args.no_cli else time_cli(ctx.set_dir, ctx.root, args.runs),
+                   "type_checkers": time_type_checkers(ctx, interpreter.python) if tools else []}
         print(f"touched .py files: {report['touched_py']}; environment ready in {env_s:.1f} s (excluded); "
               f"{os.cpu_count()} CPUs; load average {report['load'][0]:.1f}\n")
         rows = [[r["gate"], r["cold_s"], r["cold_cpu_s"], r["warm_s"], r["errors"]] for r in report["gates"]]
@@ -273,18 +284,20 @@ def main() -> None:
         rows.append(["**sum of gates (in process)**", sum(r["cold_s"] for r in report["gates"]),
                      sum(r["cold_cpu_s"] for r in report["gates"]), sum(r["warm_s"] for r in report["gates"]), ""])
         cli = report["cli"]
-        rows.append(["**`patchkit verify` wall**", cli["cold_s"], None, cli["warm_s"],
-                     f"exit {cli['exit_code']}; warm CPU {cli['warm_cpu_s']:.2f} s"])
+        if cli:
+            rows.append(["**`patchkit verify` wall**", cli["cold_s"], None, cli["warm_s"],
+                         f"exit {cli['exit_code']}; warm CPU {cli['warm_cpu_s']:.2f} s"])
         rows += [[r["tool"], r["cold_s"], None, r["warm_s"], r["errors"]] for r in report["type_checkers"]]
         print(markdown(["gate / tool", "cold s", "cold CPU s", "warm s", "errors"], rows))
     if args.seeded:
-        report["seeded"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, seeded_edits())
-        print_catches("Seeded defects", report["seeded"])
+        report["seeded"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, seeded_edits(), gates, tools)
+        print_catches("Seeded defects", report["seeded"], gates, tools)
     if args.corpus:
-        report["corpus"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, corpus_edits("defect"))
-        print_catches("Corpus defects", report["corpus"])
-        report["benign"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, corpus_edits("benign"), benign=True)
-        print_catches("Corpus benign edits", report["benign"], benign=True)
+        report["corpus"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, corpus_edits("defect"), gates, tools)
+        print_catches("Corpus defects", report["corpus"], gates, tools)
+        report["benign"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, corpus_edits("benign"), gates, tools,
+                                       benign=True)
+        print_catches("Corpus benign edits", report["benign"], gates, tools, benign=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
 

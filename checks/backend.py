@@ -43,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checks._backend.matrix import Coverage, describe_row, generated_cases
-from checks._probe.runner import (
+from patchkit import tomlfile
+from patchkit.checks._backend.matrix import Coverage, describe_row, generated_cases
+from patchkit.checks._probe.runner import (
     DependencyCache,
     python_names,
     run_probe,
@@ -52,13 +53,12 @@ from checks._probe.runner import (
     trace_back,
     tree_relative,
 )
-from checks._probe.runner import (
+from patchkit.checks._probe.runner import (
     folder_digest as _folder_digest,
 )
-from checks._probe.runner import (
+from patchkit.checks._probe.runner import (
     interpreter as _probe_interpreter,
 )
-from patchkit import tomlfile
 from patchkit.errors import BadInput, Location
 from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
@@ -284,7 +284,7 @@ def _check_generated(case: dict[str, Any], values: dict[str, Any], algorithm: st
         own = algorithm in error
         # the set's own refusal names the flag, or the setting in words with its value ("prefill attention
         # backend 'fa3'"); the base's may name the offending value alone
-        said = bool(offending) and _words(offending) in _words(error)
+        said = bool(offending) and _words(str(offending)) in _words(error)
         named = flag in error or (said and (not own or _words(flag.strip("-").replace("-", " ")) in _words(error)))
         return [] if named else [f"refused, but the error names neither {flag} nor {offending!r}: {error}"]
     if case.get("expect_resolves") and "error" in values:

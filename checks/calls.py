@@ -35,7 +35,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from checks._probe.runner import (
+from patchkit import tomlfile
+from patchkit.checks._probe.runner import (
     DependencyCache,
     folder_digest,
     interpreter,
@@ -46,7 +47,6 @@ from checks._probe.runner import (
     trace_back,
     tree_relative,
 )
-from patchkit import tomlfile
 from patchkit.errors import BadInput, Location
 from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
@@ -113,7 +113,7 @@ def _payload(ctx: VerifyContext, request: dict[str, Any], stub_folder: Path | No
 
 
 def _probe(ctx: VerifyContext, request: dict[str, Any], rel: str) -> dict[str, Any]:
-    from checks._probe.runner import MARKER  # noqa: F401 - the probe prints the same marker
+    from patchkit.checks._probe.runner import MARKER  # noqa: F401 - the probe prints the same marker
 
     try:
         return run_probe(ctx, NAME, PROBE, request, float(ctx.gate_config(NAME).get("timeout_s", 600)), rel)

@@ -90,7 +90,7 @@ def _gate_findings(ctx: VerifyContext, gates: Any) -> list[Finding]:
 
 
 def run(ctx: VerifyContext) -> list[Finding]:
-    from checks.registry import GATES  # lazy: the registry imports this module's siblings
+    from patchkit.checks.registry import GATES  # lazy: the registry imports this module's siblings
 
     repo = Repo(ctx.root)
     base = ctx.base_commit

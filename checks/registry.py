@@ -15,13 +15,13 @@ from patchkit.verify.api import Gate
 
 #: name -> module path, in pipeline order.
 GATE_MODULES: dict[str, str] = {
-    "compile": "checks.compile",
-    "imports": "checks.imports",
-    "xref": "checks.xref",
-    "dispatch": "checks.dispatch",
-    "calls": "checks.calls",
-    "backend": "checks.backend",
-    "tests": "checks.settests",
+    "compile": "patchkit.checks.compile",
+    "imports": "patchkit.checks.imports",
+    "xref": "patchkit.checks.xref",
+    "dispatch": "patchkit.checks.dispatch",
+    "calls": "patchkit.checks.calls",
+    "backend": "patchkit.checks.backend",
+    "tests": "patchkit.checks.settests",
 }
 
 
@@ -47,10 +47,10 @@ GATES: Mapping[str, Gate] = LazyGates(GATE_MODULES)
 
 #: Opt-in gates, run after the registered ones only when asked (``patchkit verify --each-prefix``):
 #: a set need not be bisectable to pass, and the check applies the series once per patch.
-EACH_PREFIX: Mapping[str, Gate] = LazyGates({"each-prefix": "checks.prefixes"})
+EACH_PREFIX: Mapping[str, Gate] = LazyGates({"each-prefix": "patchkit.checks.prefixes"})
 
 if TYPE_CHECKING:  # mypy checks every gate module against the Gate protocol; nothing is imported at run time
-    from checks import backend, calls, compile, dispatch, imports, prefixes, settests, xref
+    from patchkit.checks import backend, calls, compile, dispatch, imports, prefixes, settests, xref
 
     _TYPED: Mapping[str, Gate] = {"compile": compile, "imports": imports, "xref": xref, "dispatch": dispatch,
                                   "calls": calls, "backend": backend, "tests": settests, "each-prefix": prefixes}

@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from checks._probe.runner import python_names
-from checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit import proc
+from patchkit.checks._probe.runner import python_names
+from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit.errors import BadInput, location
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file
@@ -63,9 +63,12 @@ def run_pytest(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path 
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="patchkit-tests-") as tmp:
         out = Path(tmp) / "results.json"
+        # an empty config of our own: a checkout's pyproject.toml above the set (its addopts, testpaths) must
+        # not decide how the set's tests run
+        (Path(tmp) / "pytest.ini").write_text("[pytest]\n")
         targets = [str(ctx.set_dir / nodeid) for nodeid in selection] if selection is not None else [str(tests_dir)]
         args = [python, str(RUNNER), out, str(ctx.root), *targets, "-q", "--tb=short", "-p", "no:cacheprovider",
-                f"--rootdir={ctx.set_dir}", *config.get("args", [])]
+                "-c", str(Path(tmp) / "pytest.ini"), f"--rootdir={ctx.set_dir}", *config.get("args", [])]
         try:
             done = proc.run(args, check=False, env=env, cwd=ctx.set_dir, timeout=timeout)
             tail = (done.stdout + done.stderr)[-3000:]

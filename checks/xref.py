@@ -31,8 +31,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from checks._xref.model import Model, Ref, bind_problems
-from checks._xref.names import AddedCodeRules
+from patchkit.checks._xref.model import Model, Ref, bind_problems
+from patchkit.checks._xref.names import AddedCodeRules
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.facts import (
     PyIndex,

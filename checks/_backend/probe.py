@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import Any
 
 try:  # in the repository (type checkers, tests)
-    from checks._probe.tracing import code_key, lines_run
+    from patchkit.checks._probe.tracing import code_key, lines_run
 except ImportError:  # run as a script in the isolated environment, where only its folder is known
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_probe"))
     from tracing import code_key, lines_run  # type: ignore[import-not-found,no-redef]

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from checks._xref.model import Members, Model, Ref
+from patchkit.checks._xref.model import Members, Model, Ref
 
 PROPERTY_DECORATORS = frozenset({"property", "cached_property", "functools.cached_property"})
 _OPTIONAL = re.compile(r"^(?:typing\.)?Optional\[(.*)\]$")

@@ -120,7 +120,7 @@ def test_a_bisectable_series_passes(misordered_set, tmp_path):
 
 @pytest.mark.slow
 def test_v1_is_not_bisectable_exactly_where_0005_imports_ddtree_info(clean_tree, seeded_home):  # noqa: F811
-    from checks.registry import EACH_PREFIX, GATES
+    from patchkit.checks.registry import EACH_PREFIX, GATES
     from patchkit.verify.run import verify
 
     import os

@@ -10,7 +10,7 @@ import pytest
 from tests.verify import test_seeded_defects as seeded_suite
 from tests.verify.corpus.seeding import Edit, load_edits, realise, seeded
 
-from checks.registry import GATES
+from patchkit.checks.registry import GATES
 
 BASE = "import os\n\n\ndef f():\n    return 1\n"
 

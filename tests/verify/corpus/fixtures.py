@@ -98,6 +98,6 @@ def context(tree: Path, home: Path, config: dict[str, dict[str, Any]] | None = N
 
 def run_one(ctx: VerifyContext, gate: str) -> Any:
     """Run one registered gate in process, as the runner does (a refusal becomes a finding)."""
-    from checks.registry import GATES
+    from patchkit.checks.registry import GATES
 
     return run_gate(gate, GATES.__getitem__, ctx)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from checks import settests
-from checks._tests.impact import code_index
+from patchkit.checks import settests
+from patchkit.checks._tests.impact import code_index
 from patchkit.verify.api import Severity
 
 ALGO = '''\

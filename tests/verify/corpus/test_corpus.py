@@ -63,12 +63,15 @@ def run_entry(edit: Edit, tree: Path, home: Path, stop_at_own_file: bool) -> tup
 def test_corpus_defect_is_caught(edit, clean_tree, seeded_home):  # noqa: F811
     outcome, blocking = run_entry(edit, clean_tree, seeded_home, stop_at_own_file=True)
     RESULTS[edit.name] = outcome
+    print(f"\ncorpus | {edit.name} | {outcome.file}:{outcome.line} | {', '.join(outcome.caught_by) or 'NOT CAUGHT'} | "
+          f"{'own file' if outcome.own_file else '-'} | {'own line' if outcome.own_line else '-'}", flush=True)
     assert outcome.caught_by, f"{edit.name} ({outcome.file}:{outcome.line}) is caught by no gate"
 
 
 @pytest.mark.parametrize("edit", BENIGN, ids=[e.name for e in BENIGN])
 def test_corpus_benign_edit_has_no_finding(edit, clean_tree, seeded_home):  # noqa: F811
     _, blocking = run_entry(edit, clean_tree, seeded_home, stop_at_own_file=False)
+    print(f"\nbenign | {edit.name} | {len(blocking)} finding(s) {blocking[:3]}", flush=True)
     assert blocking == [], blocking
 
 
@@ -77,9 +80,6 @@ def test_corpus_targets():
         pytest.skip(f"only {len(RESULTS)} of {len(DEFECTS)} corpus defects ran in this session")
     own = sum(o.own_file for o in RESULTS.values())
     line = sum(o.own_line for o in RESULTS.values())
-    for name, o in RESULTS.items():  # the table, for benchmarks/README.md (shown with pytest -s)
-        print(f"corpus | {name} | {o.file}:{o.line} | {', '.join(o.caught_by)} | "
-              f"{'own file' if o.own_file else '-'} | {'own line' if o.own_line else '-'}")
     print(f"corpus: {sum(bool(o.caught_by) for o in RESULTS.values())}/{len(DEFECTS)} caught, {own} at the "
           f"defect's file, {line} at its line")
     assert own >= 0.9 * len(DEFECTS), sorted(name for name, o in RESULTS.items() if not o.own_file)

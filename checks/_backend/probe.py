@@ -15,17 +15,31 @@ cannot corrupt the result). Each row holds the resolved fields or the error text
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
+import dataclasses
+import io
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import traceback
 import warnings
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
 
-MARKER = "=== patchkit backend probe rows ==="
+try:  # in the repository (type checkers, tests)
+    from patchkit.checks._probe.tracing import code_key, lines_run
+except ImportError:  # run as a script in the isolated environment, where only its folder is known
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_probe"))
+    from tracing import code_key, lines_run  # type: ignore[import-not-found,no-redef]
+
+MARKER = "=== patchkit probe rows ==="
+_ADDED: dict[str, set[int]] = {}  # the request's added lines per touched file: the only lines traced
 FIELDS = (
     "attention_backend", "prefill_attention_backend", "decode_attention_backend",
     "speculative_algorithm", "speculative_eagle_topk", "speculative_num_steps",
@@ -34,7 +48,7 @@ FIELDS = (
 )
 
 
-def _write_config(root: str, name: str, config: dict) -> str:
+def _write_config(root: str, name: str, config: dict[str, Any]) -> str:
     path = os.path.join(root, name)
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
@@ -43,7 +57,7 @@ def _write_config(root: str, name: str, config: dict) -> str:
 
 
 @contextlib.contextmanager
-def _hardware(module, probes: list[str], on: set[str], flashinfer: bool):
+def _hardware(module: ModuleType, probes: list[str], on: set[str], flashinfer: bool) -> Iterator[None]:
     """Monkeypatch the hardware probes imported into the server_args module."""
     names = [p for p in probes if hasattr(module, p)] + ["is_flashinfer_available"]
     saved = {name: getattr(module, name) for name in names if hasattr(module, name)}
@@ -57,7 +71,7 @@ def _hardware(module, probes: list[str], on: set[str], flashinfer: bool):
             setattr(module, name, fn)
 
 
-def _generic_rule(module, args, topk, page_size):
+def _generic_rule(module: ModuleType, args: Any, topk: Any, page_size: Any) -> Any:
     """The backend the generic (base) default rule picks for ``args`` with the given topk and page
     size, i.e. ignoring any DDTREE-specific default the tree may add."""
     probe = copy.copy(args)
@@ -68,11 +82,11 @@ def _generic_rule(module, args, topk, page_size):
         object.__setattr__(probe, "_is_ddtree_requested", lambda: False)
     try:
         return probe._get_default_attn_backend(probe.use_mla_backend(), probe.get_model_config())
-    except Exception as exc:  # noqa: BLE001 - report, do not fail the row
+    except Exception as exc:
         return f"error: {type(exc).__name__}: {exc}"
 
 
-def _topk_one(module, topk, page_size):
+def _topk_one(module: ModuleType, topk: Any, page_size: Any) -> bool | None:
     fn = getattr(module, "is_no_spec_infer_or_topk_one", None)
     if fn is None:
         return None
@@ -80,34 +94,218 @@ def _topk_one(module, topk, page_size):
     return bool(fn(holder))
 
 
-def _resolve(module, case: dict, workdir: str) -> dict:
-    row = {"name": case["name"]}
+def _paths(case: dict[str, Any], workdir: str) -> dict[str, Any]:
     kwargs = dict(case.get("args", {}))
     kwargs.setdefault("device", "cuda")
     kwargs.setdefault("skip_tokenizer_init", True)
     kwargs["model_path"] = _write_config(workdir, case["name"] + "-target", case["target"])
     if case.get("draft") is not None:
         kwargs["speculative_draft_model_path"] = _write_config(workdir, case["name"] + "-draft", case["draft"])
+    return kwargs
+
+
+def _fill(module: ModuleType, row: dict[str, Any], args: Any, user_topk: Any, user_page: Any) -> None:
+    for field in FIELDS:
+        row[field] = getattr(args, field, None)
+    if hasattr(args, "get_attention_backends"):
+        row["prefill_attention_backend"], row["decode_attention_backend"] = args.get_attention_backends()
+    try:  # "flashinfer" on an MLA model builds FlashInferMLAAttnBackend, which has no tree mask
+        row["use_mla"] = bool(args.use_mla_backend())
+    except Exception:
+        row["use_mla"] = None
+    row["topk_one_at_selection"] = _topk_one(module, user_topk, user_page)
+    row["topk_one_resolved"] = _topk_one(module, args.speculative_eagle_topk, args.page_size)
+    row["generic_rule_at_selection"] = _generic_rule(module, args, user_topk, user_page)
+    row["generic_rule_resolved"] = _generic_rule(module, args, args.speculative_eagle_topk, args.page_size)
+
+
+def _raised_at(exc: BaseException, touched: set[str]) -> list[Any] | None:
+    frames: list[list[Any]] = []
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename in touched:
+            frames.append([tb.tb_frame.f_code.co_filename, tb.tb_lineno, code_key(tb.tb_frame.f_code)])
+        tb = tb.tb_next
+    return frames[-1] if frames else None
+
+
+def _construct(module: ModuleType, build: Callable[[], Any], row: dict[str, Any], kwargs: dict[str, Any],
+               touched: set[str]) -> None:
+    """Build ServerArgs with ``build``; fill ``row`` with its values, or the error and where it rose."""
     user_topk, user_page = kwargs.get("speculative_eagle_topk"), kwargs.get("page_size")
-    with _hardware(module, case["probes"], set(case["probes_on"]), case["flashinfer"]):
+    with lines_run(_ADDED or touched) as executed:
         try:
-            args = module.ServerArgs(**kwargs)
+            args = build()
+        except SystemExit as exc:  # argparse refusing the command line
+            row["error"] = f"the command line was refused (exit {exc.code}): {row.pop('_stderr', '')}".strip()
+            args = None
         except Exception as exc:  # the error text is the result of a refused case
             row["error"] = f"{type(exc).__name__}: {exc}"
-            return row
-        for field in FIELDS:
-            row[field] = getattr(args, field, None)
-        if hasattr(args, "get_attention_backends"):
-            row["prefill_attention_backend"], row["decode_attention_backend"] = args.get_attention_backends()
-        try:  # "flashinfer" on an MLA model builds FlashInferMLAAttnBackend, which has no tree mask
-            row["use_mla"] = bool(args.use_mla_backend())
-        except Exception:  # noqa: BLE001 - an older tree without the method
-            row["use_mla"] = None
-        row["topk_one_at_selection"] = _topk_one(module, user_topk, user_page)
-        row["topk_one_resolved"] = _topk_one(module, args.speculative_eagle_topk, args.page_size)
-        row["generic_rule_at_selection"] = _generic_rule(module, args, user_topk, user_page)
-        row["generic_rule_resolved"] = _generic_rule(module, args, args.speculative_eagle_topk, args.page_size)
+            row["raised_at"] = _raised_at(exc, touched)
+            args = None
+    row["executed"] = executed
+    if args is not None:
+        _fill(module, row, args, user_topk, user_page)
+
+
+class CommandLine:
+    """SGLang's own command line (``prepare_server_args`` or the base's entry): the parser it builds,
+    with where each flag is declared, and the argv for a case's ServerArgs keywords."""
+
+    def __init__(self, module: ModuleType, entry: str):
+        self.entry: Callable[[list[str]], Any] | None = getattr(module, entry, None)
+        self.origin: dict[int, list[Any]] = {}  # id(action) -> [file, line of the add_argument call]
+        parser = _RecordingParser(self.origin)
+        module.ServerArgs.add_cli_args(parser)
+        self.actions: list[argparse.Action] = list(parser._actions)
+        self.by_option = {o: a for a in self.actions for o in a.option_strings}
+        self.by_dest: dict[str, argparse.Action] = {}
+        for a in self.actions:
+            self.by_dest.setdefault(a.dest, a)
+
+    def action_for(self, field: str) -> argparse.Action | None:
+        return self.by_option.get("--" + field.replace("_", "-")) or self.by_dest.get(field)
+
+    def argv(self, kwargs: dict[str, Any]) -> list[str] | None:
+        out: list[str] = []
+        for field, value in kwargs.items():
+            action = self.action_for(field)
+            if action is None:
+                return None  # a keyword the command line cannot express
+            option = action.option_strings[0]
+            if isinstance(action, argparse._StoreTrueAction):
+                if value:
+                    out.append(option)
+            elif isinstance(action, argparse._StoreFalseAction):
+                if not value:
+                    out.append(option)
+            elif value is None:
+                continue
+            elif isinstance(value, (list, tuple)):
+                out += [option, *map(str, value)]
+            else:
+                out += [option, str(value)]
+        return out
+
+
+class _RecordingParser(argparse.ArgumentParser):
+    def __init__(self, origin: dict[int, list[Any]]):
+        super().__init__(prog="probe", add_help=False)
+        self._origin = origin
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        caller = sys._getframe(1)
+        self._origin[id(action)] = [caller.f_code.co_filename, caller.f_lineno]
+        return action
+
+
+def _keyword_line(path: str, call_line: int, keyword: str | None) -> int:
+    """The line of ``keyword=`` (or of the first argument) in the add_argument call at ``call_line``."""
+    try:
+        import ast
+
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError):
+        return call_line
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.lineno == call_line and getattr(node.func, "attr", "") == "add_argument":
+            for kw in node.keywords:
+                if kw.arg == keyword:
+                    return kw.value.lineno
+            if keyword is None and node.args:
+                return node.args[0].lineno
+    return call_line
+
+
+def _resolve(module: ModuleType, cli: CommandLine | None, case: dict[str, Any], workdir: str,
+             touched: set[str]) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": case["name"]}
+    kwargs = _paths(case, workdir)
+    with _hardware(module, case["probes"], set(case["probes_on"]), case["flashinfer"]):
+        _construct(module, lambda: module.ServerArgs(**kwargs), row, kwargs, touched)
+        if cli is not None and cli.entry is not None:
+            row["cli"] = _through_cli(module, cli, kwargs, touched)
     return row
+
+
+def _through_cli(module: ModuleType, cli: CommandLine, kwargs: dict[str, Any], touched: set[str]) -> dict[str, Any]:
+    argv = cli.argv(kwargs)
+    cli_row: dict[str, Any] = {}
+    entry = cli.entry
+    assert entry is not None
+    if argv is None:
+        cli_row["unavailable"] = [f for f in kwargs if cli.action_for(f) is None]
+        return cli_row
+    cli_row["argv"] = argv
+    stderr = io.StringIO()
+
+    def build() -> Any:
+        with contextlib.redirect_stderr(stderr):
+            try:
+                return entry(list(argv))
+            finally:
+                lines = stderr.getvalue().strip().splitlines()
+                cli_row["_stderr"] = lines[-1] if lines else ""  # argparse's one-line reason
+                logging.disable(logging.CRITICAL)  # the entry reconfigures logging
+
+    _construct(module, build, cli_row, kwargs, touched)
+    cli_row.pop("_stderr", None)
+    cli_row.pop("executed", None)
+    return cli_row
+
+
+def _field_defaults(module: ModuleType) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(module.ServerArgs):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def _flag_rows(module: ModuleType, cli: CommandLine, request: dict[str, Any], workdir: str,
+               touched: set[str]) -> list[dict[str, Any]]:
+    """Every flag of the family: stores into a ServerArgs field, defaults like the field, and resolves
+    the same through the command line as through ServerArgs(**kwargs) when it is given."""
+    family = re.compile(request.get("flag_family") or "ddtree", re.IGNORECASE)
+    samples = request.get("flag_samples", {})
+    defaults = _field_defaults(module)
+    fields = {f.name for f in dataclasses.fields(module.ServerArgs)}
+    base_case = request.get("flag_case")
+    rows: list[dict[str, Any]] = []
+    for action in cli.actions:
+        options = [o for o in action.option_strings if o.startswith("--")]
+        if not options or not any(family.search(o) for o in options):
+            continue
+        flag = options[0]
+        origin = cli.origin.get(id(action), [None, None])
+        row: dict[str, Any] = {"flag": flag, "dest": action.dest, "problems": [], "file": origin[0], "line": origin[1]}
+        rows.append(row)
+        if action.dest not in fields:
+            line = _keyword_line(origin[0], origin[1], None) if origin[0] else None
+            row["problems"].append([f"{flag} stores into args.{action.dest}, which is not a ServerArgs field: "
+                                    "from_cli_args never reads it", line])
+            continue
+        if action.default != defaults.get(action.dest, dataclasses.MISSING):
+            row["problems"].append([f"{flag} defaults to {action.default!r} on the command line, but "
+                                    f"ServerArgs.{action.dest} defaults to {defaults.get(action.dest)!r}",
+                                    _keyword_line(origin[0], origin[1], "default") if origin[0] else None])
+        if flag not in samples:
+            row["problems"].append([f"no sample value for {flag}: declare it under [cli] flags in the expectations",
+                                    None])
+            continue
+        if base_case is None:
+            continue
+        case = dict(base_case, name=f"cli{flag}")
+        sample = samples[flag]
+        value = action.type(sample) if callable(action.type) else sample
+        case["args"] = {**case.get("args", {}), action.dest: value}
+        with_flag = _resolve(module, cli, case, workdir, touched)
+        row["case"] = with_flag
+    return rows
 
 
 def main() -> int:
@@ -118,20 +316,41 @@ def main() -> int:
         sys.path.insert(1 + offset, extra)
     warnings.filterwarnings("ignore")
     logging.disable(logging.CRITICAL)
+    touched = set(request.get("touched", []))
+    _ADDED.update({path: set(lines) for path, lines in request.get("added", {}).items()})
     try:
         module = __import__(request["module"], fromlist=["ServerArgs"])
-    except Exception:  # noqa: BLE001
+    except Exception as exc:
         print(MARKER)
-        print(json.dumps({"import_error": traceback.format_exc(limit=5)}))
+        print(json.dumps({"import_error": traceback.format_exc(limit=5), "raised_at": _raised_at(exc, touched),
+                          "deps": _tree_deps(request["tree_python"])}))
         return 0
-    rows = []
+    cli: CommandLine | None = None
+    if request.get("cli_entry"):
+        try:
+            cli = CommandLine(module, request["cli_entry"])
+        except Exception:
+            cli = None
+    rows: list[dict[str, Any]] = []
+    flags: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="patchkit-backend-") as workdir:
         for case in request["cases"]:
             case.setdefault("probes", request["probes"])
-            rows.append(_resolve(module, case, workdir))
+            rows.append(_resolve(module, cli, case, workdir, touched))
+        if cli is not None:
+            if request.get("flag_case"):
+                request["flag_case"].setdefault("probes", request["probes"])
+            flags = _flag_rows(module, cli, request, workdir, touched)
     print(MARKER)
-    print(json.dumps({"rows": rows}, default=str))
+    print(json.dumps({"rows": rows, "flags": flags, "cli_entry": bool(cli and cli.entry),
+                      "deps": _tree_deps(request["tree_python"])}, default=str))
     return 0
+
+
+def _tree_deps(tree_python: str) -> list[str]:
+    prefix = os.path.abspath(tree_python) + os.sep
+    files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+    return sorted(f for f in files if f and os.path.abspath(f).startswith(prefix))
 
 
 if __name__ == "__main__":

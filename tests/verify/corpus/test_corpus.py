@@ -5,7 +5,9 @@ error at the edited file; no error or warning finding on a benign edit. Each ent
 shared tree with v1 applied (``seeding.py``) and the gates run in process. A defect stops at the
 first gate that reports an error at its own file (the static gates first, then the ones that run the
 tree); a benign edit runs every gate. ``test_corpus_targets`` checks the totals once every entry ran.
-Needs the pinned verify environment: ``slow``.
+Needs the pinned verify environment, and takes hours on 2 cores (a benign edit runs every gate, the set's
+tests included): ``corpus``, an evaluation run by hand (``pytest -m corpus``), not by CI; its last numbers
+are in benchmarks/README.md. The seeded-defect suite realises the same classes in CI (``slow``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from .fixtures import V1, clean_tree, context, pristine_base, run_one, seeded_home  # noqa: F401
 from .seeding import Edit, load_edits, realise, seeded
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 
 HERE = Path(__file__).parent
 DEFECTS = load_edits(HERE / "defects.toml", "defect")

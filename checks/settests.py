@@ -86,7 +86,7 @@ def resolve(path: str, base: Path) -> Path:
 
 def test_line(failure: dict[str, Any], tests_dir: Path, set_dir: Path) -> tuple[str, int | None]:
     """The failing line inside the set's tests: the last traceback entry there, else the test's own line."""
-    tests = str(tests_dir.resolve()) + "/"
+    tests = str((tests_dir if tests_dir.is_dir() else tests_dir.parent).resolve()) + "/"
     frames = [(resolve(p, set_dir).resolve(), line) for p, line in failure["entries"]]
     inside = [(p, line) for p, line in frames if str(p).startswith(tests)]
     if inside:
@@ -164,16 +164,18 @@ def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext,
 
 def run(ctx: VerifyContext) -> list[Finding]:
     config = ctx.gate_config(NAME)
+    # `path` is the tests folder, or one test file of it (a narrowed run, as the seeded-defect rows use)
     tests_dir = ctx.set_dir / str(config.get("path", "tests"))
-    if not tests_dir.is_dir():
+    if not (tests_dir.is_dir() or tests_dir.is_file()):
         return [Finding(gate=NAME, severity=Severity.WARNING, file=display_path(tests_dir), line=None,
                         message="the patch set has no tests folder: nothing was run",
                         hint="add the set's tests under tests/")]
+    scope = tests_dir if tests_dir.is_dir() else tests_dir.parent  # a file runs with its folder's conftest
     interpreter = choose_interpreter(ctx, config)
     stub_dir, stub_rows = stubs(ctx, NAME)
     suite = key_of(NAME, interpreter.spec_key, config, RUNNER.read_text(),
-                   hash_files((p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts),
-                              tests_dir),
+                   hash_files((p for p in scope.rglob("*") if p.is_file() and "__pycache__" not in p.parts),
+                              scope),
                    hash_files(stub_dir.rglob("*.py")) if stub_dir else None,
                    python_names(ctx.root, str(ctx.manifest.verify.get("source_root", "python"))))
     key = key_of(suite, ctx.base_commit, {rel: sha256_file(ctx.root / rel) for rel in ctx.touched})

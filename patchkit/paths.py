@@ -125,11 +125,12 @@ def _version_key(name: str) -> tuple[int | str, ...]:
 
 
 def sets_roots() -> list[Path]:
-    """Where patch sets are looked for: the checkout's ddtree_patches (found from the working directory),
+    """Where patch sets are looked for: ./ddtree_patches, the checkout's (found from the working directory),
     the one next to the package, then the sets installed with the package (``patchkit/sets``: package data
     of a plain ``pip install``)."""
     package = Path(__file__).resolve().parent
-    candidates = [root / SETS_DIR_NAME for root in (checkout_root(),) if root]
+    candidates = [Path.cwd() / SETS_DIR_NAME]
+    candidates += [root / SETS_DIR_NAME for root in (checkout_root(),) if root]
     candidates += [_PACKAGE_CHECKOUT / SETS_DIR_NAME, package / "sets"]
     found: list[Path] = []
     for root in candidates:

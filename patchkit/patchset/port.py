@@ -501,7 +501,9 @@ class _Port:
         old_sites, new_sites = self.scan.results()
         found = drift.dispatch_drift(self.tools.dispatch, self.declarations(), old_sites, new_sites, self.src)
         self.state.dispatch = dataclasses.asdict(found)
-        fsutil.atomic_write(self.scan_cache(), json.dumps(self.state.dispatch))
+        cache = self.scan_cache()
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        fsutil.atomic_write(cache, json.dumps(self.state.dispatch))
         self.timings["dispatch scan"] = round(time.perf_counter() - self.scan_started, 3)
         for name in ("old", "new"):
             shutil.rmtree(self.work.path / f"scan-{name}", ignore_errors=True)

@@ -104,6 +104,7 @@ class WorkDir:
                            hint="run `patchkit port --abort` to drop the port and start again") from None
 
     def save(self, state: PortState) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
         fsutil.atomic_write(self.state_path, json.dumps(dataclasses.asdict(state), indent=1))
 
     def clear(self) -> None:

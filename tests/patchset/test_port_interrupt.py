@@ -133,7 +133,7 @@ def test_a_second_port_on_the_same_set_is_refused_while_one_runs(upstream, src4,
     proc = start_paused(args, "port-replayed-1")
     try:
         second = helpers.run_cli("port", *args)
-        assert second.returncode == 2 and "another patchkit port is running" in second.stdout + second.stderr
+        assert second.returncode == 2 and "another patchkit port (pid" in second.stdout + second.stderr
         abort = helpers.run_cli("port", "--abort", "--set", str(src4))
         assert abort.returncode == 2, "an abort waits its turn too"
     finally:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import hashlib
 import multiprocessing
 import multiprocessing.pool
 import re
@@ -355,39 +356,80 @@ def _ignore_sigint() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+#: Above this many bytes of candidate files, facts are parsed in worker processes.
+PARALLEL_SCAN_BYTES = 512 * 1024
+
+
+def _warm_facts(batch: list[tuple[str, str]], manifest: Manifest, cache_dir: Path) -> int:
+    """Parse ``(root, rel)`` files into the gates' facts cache (keyed by content: the scan then only reads)."""
+    from patchkit.verify.facts import PyIndex, settings_from_manifest  # lazy: loads libcst
+
+    settings = settings_from_manifest(manifest)
+    indexes: dict[str, PyIndex] = {}
+    for root, rel in batch:
+        indexes.setdefault(root, PyIndex(Path(root), settings, cache_dir)).load(rel)
+    return len(batch)
+
+
+def _balanced(files: list[tuple[str, str, int]], workers: int) -> list[list[tuple[str, str]]]:
+    """``(root, rel, size)`` files in ``workers`` batches of about equal bytes, largest files first."""
+    batches: list[list[tuple[str, str]]] = [[] for _ in range(workers)]
+    loads = [0] * workers
+    for root, rel, size in sorted(files, key=lambda f: -f[2]):
+        lightest = loads.index(min(loads))
+        batches[lightest].append((root, rel))
+        loads[lightest] += size
+    return [b for b in batches if b]
+
+
+def _distinct_candidates(contexts: list[Any]) -> list[tuple[str, str, int]]:
+    """``(root, rel, size)`` of every file the scanner will parse, one per distinct content."""
+    from patchkit.verify.facts import scan, settings_from_manifest  # lazy: loads libcst
+
+    seen: set[str] = set()
+    files = []
+    for ctx in contexts:
+        for rel in scan(ctx.root, settings_from_manifest(ctx.manifest)).dispatch:
+            data = (ctx.root / rel).read_bytes()
+            digest = hashlib.sha256(data).hexdigest()
+            if digest not in seen:
+                seen.add(digest)
+                files.append((str(ctx.root), rel, len(data)))
+    return files
+
+
 class SiteScan:
     """The dispatch gate's scanner (``collect_sites``) on several trees.
 
-    On trees the size of SGLang's (megabytes of candidate files, each parsed by libcst on a cold
-    cache) the scans run in processes of their own next to the replay; small trees are scanned
-    in-process when the results are asked for, since starting processes would cost more.
+    libcst is the cost (seconds per megabyte on a cold cache), so on trees the size of SGLang's the
+    candidate files of all trees, each distinct content once, are parsed into the gates' facts cache
+    by worker processes in batches of equal bytes, next to the replay; ``collect_sites`` then only
+    reads facts. Small trees are scanned in-process when the results are asked for.
     """
 
-    def __init__(self, dispatch: ModuleType, contexts: list[Any], *, parallel: bool):
+    def __init__(self, dispatch: ModuleType, contexts: list[Any], *, workers: int):
         self.dispatch, self.contexts = dispatch, contexts
         self.pool: multiprocessing.pool.Pool | None = None
-        self.pending: list[multiprocessing.pool.AsyncResult[list[Any]]] = []
-        if parallel:
-            self.pool = multiprocessing.get_context("spawn").Pool(len(contexts), initializer=_ignore_sigint)
-            self.pending = [self.pool.apply_async(dispatch.collect_sites, (ctx,)) for ctx in contexts]
+        self.warming: list[multiprocessing.pool.AsyncResult[int]] = []
+        files = _distinct_candidates(contexts)
+        if workers > 1 and sum(size for _, _, size in files) > PARALLEL_SCAN_BYTES:
+            self.pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_ignore_sigint)
+            manifest, cache_dir = contexts[0].manifest, contexts[0].cache_dir
+            self.warming = [self.pool.apply_async(_warm_facts, (batch, manifest, cache_dir))
+                            for batch in _balanced(files, workers)]
 
     def results(self) -> list[list[Any]]:
+        for job in self.warming:
+            job.get()
         if self.pool is None:
             return [self.dispatch.collect_sites(ctx) for ctx in self.contexts]
-        return [job.get() for job in self.pending]
+        reading = [self.pool.apply_async(self.dispatch.collect_sites, (ctx,)) for ctx in self.contexts]
+        return [job.get() for job in reading]
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.terminate()
             self.pool.join()
-
-
-def candidate_bytes(root: Path, manifest: Manifest) -> int:
-    """Bytes of the files the dispatch scanner will parse in ``root`` (its own cheap prefilter decides)."""
-    from patchkit.verify.facts import scan, settings_from_manifest  # lazy: loads libcst
-
-    files = scan(root, settings_from_manifest(manifest)).dispatch
-    return sum((root / rel).stat().st_size for rel in files)
 
 
 def tree_of_commit(repo: Repo, commit: str, fetched: Path, scratch: Path) -> Path:

@@ -61,8 +61,8 @@ from patchkit.patchset.transaction import signals_held
 from patchkit.results import CommandResult
 
 REPORT_NAME = "port-report.md"
-#: Above this many bytes of candidate files the two dispatch scans run in processes of their own.
-PARALLEL_SCAN_BYTES = 512 * 1024
+#: Processes that parse the dispatch scan's files on big trees (the target machine has 2 cores).
+SCAN_WORKERS = max(1, min(os.cpu_count() or 1, 4))
 
 PortOutcome = Literal["ported", "stopped", "aborted"]
 Markdown = Callable[[PortReport], str]
@@ -491,8 +491,7 @@ class _Port:
                                   cache_dir=paths.cache_dir().resolve() / "verify", env_dir=paths.home() / "envs")
                     for root, commit in zip(roots, bases, strict=True)]
         self.scan_started = time.perf_counter()
-        parallel = sum(drift.candidate_bytes(root, man) for root in roots) > PARALLEL_SCAN_BYTES
-        self.scan = drift.SiteScan(self.tools.dispatch, contexts, parallel=parallel)
+        self.scan = drift.SiteScan(self.tools.dispatch, contexts, workers=SCAN_WORKERS)
 
     def finish_scan(self) -> None:
         if self.scan is None or self.tools.dispatch is None:

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "verify"))
 
-from checks.registry import GATES  # noqa: E402
+from patchkit.checks.registry import GATES  # noqa: E402
 from patchkit.verify.envs import verify_interpreter  # noqa: E402
 from patchkit.verify.api import Severity, VerifyContext  # noqa: E402
 from patchkit.verify.run import build_context  # noqa: E402

@@ -15,12 +15,12 @@ from patchkit.verify.api import Gate
 
 #: name -> module path, in pipeline order.
 GATE_MODULES: dict[str, str] = {
-    "compile": "checks.compile",
-    "imports": "checks.imports",
-    "xref": "checks.xref",
-    "dispatch": "checks.dispatch",
-    "backend": "checks.backend",
-    "tests": "checks.settests",
+    "compile": "patchkit.checks.compile",
+    "imports": "patchkit.checks.imports",
+    "xref": "patchkit.checks.xref",
+    "dispatch": "patchkit.checks.dispatch",
+    "backend": "patchkit.checks.backend",
+    "tests": "patchkit.checks.settests",
 }
 
 
@@ -45,7 +45,7 @@ class LazyGates(Mapping[str, Gate]):
 GATES: Mapping[str, Gate] = LazyGates(GATE_MODULES)
 
 if TYPE_CHECKING:  # mypy checks every gate module against the Gate protocol; nothing is imported at run time
-    from checks import backend, compile, dispatch, imports, settests, xref
+    from patchkit.checks import backend, compile, dispatch, imports, settests, xref
 
     _TYPED: Mapping[str, Gate] = {"compile": compile, "imports": imports, "xref": xref, "dispatch": dispatch,
                                   "backend": backend, "tests": settests}

@@ -92,8 +92,11 @@ def run_pytest(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path 
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="patchkit-tests-") as tmp:
         out = Path(tmp) / "results.json"
+        # an empty config of our own: a checkout's pyproject.toml above the set (its addopts, testpaths) must
+        # not decide how the set's tests run
+        (Path(tmp) / "pytest.ini").write_text("[pytest]\n")
         args = [python, "-c", _RUNNER, out, str(tests_dir), "-q", "--tb=short", "-p", "no:cacheprovider",
-                f"--rootdir={ctx.set_dir}", *config.get("args", [])]
+                "-c", str(Path(tmp) / "pytest.ini"), f"--rootdir={ctx.set_dir}", *config.get("args", [])]
         try:
             done = proc.run(args, check=False, env=env, cwd=ctx.set_dir, timeout=timeout)
             tail = (done.stdout + done.stderr)[-3000:]

@@ -26,7 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from checks._xref.model import Model, Ref, bind_problems
+from patchkit.checks._xref.model import Model, Ref, bind_problems
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.facts import PyIndex, module_name, prefilter, python_files, scan, settings_from_manifest
 

@@ -242,7 +242,7 @@ def port_cmd(set_dir: Path | None, to_version: str | None, to_git: str | None, f
     context-changed, already-upstream (dropped), conflict or target-gone (these two stop the port
     with a work tree to resolve in). The new set is written only when every patch is resolved.
     """
-    from checks import dispatch  # the dispatch gate's scanner runs on both bases
+    from patchkit.checks import dispatch  # the dispatch gate's scanner runs on both bases
     from patchkit.patchset import base, port
     from patchkit.render.port import markdown
 
@@ -286,7 +286,7 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], ju
     First states whether the target is exactly the set applied; then runs every gate (or those named
     with --gate), showing each as it finishes.
     """
-    from checks.registry import GATES  # the only import of checks/ in patchkit
+    from patchkit.checks.registry import GATES  # the only import of checks/ in patchkit
     from patchkit.render.verify import VerifyView
     from patchkit.verify.run import verify as run_verify
 
@@ -303,7 +303,7 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], ju
 @output_options
 def symbols(set_dir: Path | None, target: Path | None, output: Output) -> None:
     """Where each name of the set's symbol family is defined, imported and used in the tree."""
-    from checks import xref
+    from patchkit.checks import xref
     from patchkit.verify.run import symbol_table
 
     run_command("symbols", output, lambda: symbol_table(set_dir, target, xref.symbols))
@@ -319,7 +319,7 @@ def dispatch_sites(set_dir: Path | None, target: Path | None, output: Output) ->
     Reviewed entries are kept; new sites are added with an empty treatment, so the dispatch gate
     keeps failing on them until someone writes treatment and reason; stale entries are dropped.
     """
-    from checks.dispatch import write_declarations
+    from patchkit.checks.dispatch import write_declarations
     from patchkit.verify.run import update_dispatch_declarations
 
     run_command("dispatch-sites", output, lambda: update_dispatch_declarations(set_dir, target, write_declarations))

@@ -125,20 +125,31 @@ def _version_key(name: str) -> tuple[int | str, ...]:
 
 
 def sets_roots() -> list[Path]:
-    """Where default patch sets are looked for: the checkout's ddtree_patches, then the package's own."""
-    roots = [root / SETS_DIR_NAME for root in (checkout_root(),) if root]
-    return [*roots, _PACKAGE_CHECKOUT / SETS_DIR_NAME]
+    """Where patch sets are looked for: the checkout's ddtree_patches (found from the working directory),
+    the one next to the package, then the sets installed with the package (``patchkit/sets``: package data
+    of a plain ``pip install``)."""
+    package = Path(__file__).resolve().parent
+    candidates = [root / SETS_DIR_NAME for root in (checkout_root(),) if root]
+    candidates += [_PACKAGE_CHECKOUT / SETS_DIR_NAME, package / "sets"]
+    found: list[Path] = []
+    for root in candidates:
+        if root.resolve() not in [f.resolve() for f in found]:  # in a checkout patchkit/sets links to ../ddtree_patches
+            found.append(root)
+    return found
+
+
+def _searched() -> str:
+    return ", ".join(str(root) for root in sets_roots())
 
 
 def default_set_dir() -> Path:
-    """The newest set (highest version-like directory name) under ``ddtree_patches/``."""
+    """The newest set (highest version-like directory name) under the first root holding one."""
     for root in sets_roots():
         if root.is_dir():
             sets = [d for d in root.iterdir() if (d / "manifest.toml").is_file()]
             if sets:
                 return max(sets, key=lambda d: _version_key(d.name))
-    searched = ", ".join(str(root) for root in sets_roots())
-    raise BadInput(f"no patch set found (searched {searched})", hint="pass --set DIR")
+    raise BadInput(f"no patch set found; looked in {_searched()}", hint="pass --set DIR")
 
 
 def default_target(manifest: Manifest) -> Path:
@@ -151,8 +162,8 @@ def default_target(manifest: Manifest) -> Path:
 
 
 def resolve_set(set_dir: Path | None) -> Path:
-    """``set_dir``, or the newest set under ddtree_patches/."""
-    return Path(set_dir) if set_dir else default_set_dir()
+    """``set_dir`` (a directory, or the name of a set), or the newest set under ddtree_patches/."""
+    return find_set(Path(set_dir)) if set_dir else default_set_dir()
 
 
 def locate(set_dir: Path | None, target: Path | None) -> tuple[Path, Path]:
@@ -161,3 +172,15 @@ def locate(set_dir: Path | None, target: Path | None) -> tuple[Path, Path]:
 
     chosen = resolve_set(set_dir)
     return chosen, Path(target) if target else default_target(load(chosen))
+
+
+def find_set(given: Path) -> Path:
+    """``--set``: a set directory, or a set's name (``v1``) in the places patch sets are looked for."""
+    if (given / "manifest.toml").is_file() or len(given.parts) != 1:
+        return given
+    for root in sets_roots():
+        if (root / given / "manifest.toml").is_file():
+            return root / given
+    places = ", ".join(str(p) for p in [given, *(root / given for root in sets_roots())])
+    raise BadInput(f"no patch set {str(given)!r}: no manifest.toml in {places}",
+                   hint="pass --set with a patch-set directory or the name of an installed set")

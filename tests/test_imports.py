@@ -1,7 +1,8 @@
 """The layout's import rules, read off the source with ``ast`` (eager and lazy imports alike; imports
 under ``if TYPE_CHECKING:`` are for the type checker only and are not counted):
 
-1. only ``patchkit/cli.py`` (the composition root) imports ``checks`` or ``patchkit.render``;
+1. only ``patchkit/cli.py`` (the composition root) imports the gates (``checks/``, the package
+   ``patchkit.checks``) or ``patchkit.render``;
 2. ``checks`` imports from patchkit only the gate API (``patchkit.verify.{api,envs,cache,facts}``) and
    the infrastructure modules;
 3. only ``patchkit/render/`` imports rich;
@@ -39,6 +40,8 @@ class Import:
 
 def module_of(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[0] == "checks":  # the folder is the package patchkit.checks
+        parts.insert(0, "patchkit")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -61,7 +64,7 @@ def _targets(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[str]:
 
 
 def _is_module(name: str) -> bool:
-    path = REPO / name.replace(".", "/")
+    path = REPO / name.replace(".", "/")  # patchkit/checks links to checks/
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
@@ -88,7 +91,9 @@ def imports_of(path: Path) -> list[Import]:
 
 
 def all_imports() -> list[Import]:
-    files = sorted([*(REPO / "patchkit").rglob("*.py"), *(REPO / "checks").rglob("*.py")])
+    linked = (REPO / "patchkit" / "checks", REPO / "patchkit" / "sets")  # read once, through checks/
+    own = [p for p in (REPO / "patchkit").rglob("*.py") if not any(p.is_relative_to(link) for link in linked)]
+    files = sorted([*own, *(REPO / "checks").rglob("*.py")])
     return [imp for path in files for imp in imports_of(path)]
 
 
@@ -108,11 +113,12 @@ def _breaks(rule: str, imp: Import) -> bool:
     src = imp.source
     if rule == "composition root":
         in_render = src.startswith("patchkit/render/")
-        wanted = top(imp.module, "checks") or (top(imp.module, "patchkit.render") and not in_render)
+        wanted = top(imp.module, "checks", "patchkit.checks") or (top(imp.module, "patchkit.render") and not in_render)
         return wanted and src.startswith("patchkit/") and src != "patchkit/cli.py"
     if rule == "checks use the gate API":
         allowed = GATE_API | INFRASTRUCTURE
-        return src.startswith("checks/") and top(imp.module, "patchkit") and imp.module not in allowed
+        sibling = top(imp.module, "patchkit.checks")
+        return src.startswith("checks/") and top(imp.module, "patchkit") and imp.module not in allowed and not sibling
     if rule == "only render imports rich":
         return top(imp.module, "rich") and not src.startswith("patchkit/render/")
     if rule == "smoke sees only patchset.state":
@@ -133,9 +139,10 @@ def test_import_rule(rule):
 
 def test_the_rules_see_a_breach():
     """The reader is not blind: a lazy import of checks from the runner would be caught."""
-    breach = Import("patchkit/verify/run.py", "checks.registry", lazy=True)
+    breach = Import("patchkit/verify/run.py", "patchkit.checks.registry", lazy=True)
     assert _breaks("composition root", breach)
-    assert not _breaks("composition root", Import("patchkit/cli.py", "checks.registry", lazy=True))
+    assert not _breaks("composition root", Import("patchkit/cli.py", "patchkit.checks.registry", lazy=True))
+    assert _breaks("checks use the gate API", Import("checks/xref.py", "patchkit.patchset.apply", lazy=False))
     assert _breaks("only render imports rich", Import("patchkit/cli.py", "rich.console", lazy=False))
 
 
@@ -166,9 +173,8 @@ def test_patchkit_modules_import_each_other_without_a_cycle():
     graph: dict[str, set[str]] = {}
     for imp in IMPORTS:
         source = module_of(REPO / imp.source)
-        if top(source, "patchkit") and top(imp.module, "patchkit") and imp.module != "patchkit":
-            if imp.module != source:
-                graph.setdefault(source, set()).add(imp.module)
+        if top(source, "patchkit") and top(imp.module, "patchkit") and imp.module not in ("patchkit", source):
+            graph.setdefault(source, set()).add(imp.module)
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
 
@@ -183,3 +189,12 @@ def test_importing_the_cli_loads_only_the_composition_root():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert set(done.stdout.split()) <= {"patchkit", "patchkit.cli", "patchkit.error_handler", "patchkit.errors",
                                        "patchkit.render", "patchkit.results"}
+
+
+def test_in_a_checkout_the_gates_import_only_as_patchkit_checks():
+    """One name for one module: ``checks/`` imported as a top-level package refuses, with the fix."""
+    done = subprocess.run([sys.executable, "-c", "import checks"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode != 0 and "import patchkit.checks" in done.stderr
+    ok = subprocess.run([sys.executable, "-c", "import patchkit.checks.registry"], capture_output=True, text=True,
+                        cwd=REPO)
+    assert ok.returncode == 0, ok.stderr

@@ -99,7 +99,7 @@ class Projection:
     rows: tuple[Projected, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchResult(CommandResult):
     schema: int = BENCH_SCHEMA
     mode: str = "speed"  # or "sampling"

@@ -126,7 +126,7 @@ def test_a_tree_that_is_not_the_set_applied_exits_2_with_the_fix(clean, tmp_path
 
 
 def test_a_crashing_gate_exits_3_and_the_others_still_run(clean, tmp_path, monkeypatch):
-    import checks.registry
+    import patchkit.checks.registry
 
     root, set_dir = clean
 
@@ -134,7 +134,8 @@ def test_a_crashing_gate_exits_3_and_the_others_still_run(clean, tmp_path, monke
         raise ZeroDivisionError("gate bug")
 
     crashing = SimpleNamespace(NAME="boom", DESCRIPTION="", EXAMPLES=(), run=explode)
-    monkeypatch.setattr(checks.registry, "GATES", {"boom": crashing, "compile": checks.registry.GATES["compile"]})
+    registry = patchkit.checks.registry
+    monkeypatch.setattr(registry, "GATES", {"boom": crashing, "compile": registry.GATES["compile"]})
     out = tmp_path / "r.xml"
     done = CliRunner().invoke(cli, ["verify", "--set", str(set_dir), "--target", str(root), "--json",
                                     "--junit", str(out)])

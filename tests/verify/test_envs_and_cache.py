@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from checks import compile as compile_gate
+from patchkit.checks import compile as compile_gate
 from patchkit.verify import envs
 from patchkit.errors import BadInput
 from patchkit.verify.cache import ResultCache, key_of

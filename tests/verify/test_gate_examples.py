@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks.registry import GATES
+from patchkit.checks.registry import GATES
 from patchkit.verify.api import Severity
 from patchkit.verify.run import run_gate
 

@@ -36,9 +36,12 @@ def digests(folder: Path) -> dict[str, str]:
 
 
 def test_without_numpy_the_models_are_written_byte_for_byte_the_same(tmp_path):
-    with_numpy = run_testmodels(tmp_path / "a", tmp_path)
+    import numpy  # noqa: F401 - the reference is written here, with numpy importable
+
+    from patchkit.hostprep.testmodels import write_test_models
+
+    write_test_models(tmp_path / "a")
     without = run_testmodels(tmp_path / "b", tmp_path, "numpy")
-    assert with_numpy.returncode == 0, with_numpy.stderr
     assert without.returncode == 0, without.stderr
     assert digests(tmp_path / "a") == digests(tmp_path / "b") != {}
 

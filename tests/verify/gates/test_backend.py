@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from checks import backend
+from patchkit.checks import backend
 from patchkit.errors import BadInput
 from patchkit.verify.api import Severity
 
@@ -102,7 +102,7 @@ def test_real_patched_tree_with_v1_expectations(tmp_path):
 def test_flashinfer_on_an_mla_model_is_judged_as_flashinfer_mla():
     """The same flag builds FlashInferMLAAttnBackend for MLA models, which ignores the tree mask:
     a DDTREE row resolving to "flashinfer" on an MLA model must fail the tree-mask rule."""
-    from checks.backend import _check_case, _derive
+    from patchkit.checks.backend import _check_case, _derive
 
     table = {"flashinfer": "yes", "flashinfer_mla": "no", "triton": "yes"}
     row = {"name": "mla", "speculative_algorithm": "DDTREE", "attention_backend": "flashinfer",

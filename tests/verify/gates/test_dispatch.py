@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from checks import dispatch
+from patchkit.checks import dispatch
 from patchkit.errors import BadInput
 from patchkit.verify.api import Severity
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks import backend, dispatch, xref
+from patchkit.checks import backend, dispatch, xref
 from patchkit.verify.api import Severity
 
 MODULES = [backend, dispatch, xref]

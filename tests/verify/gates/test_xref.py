@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from checks import xref
+from patchkit.checks import xref
 from patchkit.verify.api import Severity
 
 PKG = {"python/pkg/__init__.py": ""}

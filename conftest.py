@@ -1,0 +1,24 @@
+"""Isolation for the whole suite (tests/, the sets' own tests, ci/): from the first fixture on, HOME and
+PATCHKIT_HOME point at a temporary folder of the session, so nothing (not even a session-scoped fixture
+such as the set's patched tree) writes to the user's home or the checkout's ``.patchkit/``.
+``tests/conftest.py`` then gives each test of ``tests/`` fresh ones of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    root = tmp_path_factory.mktemp("session")
+    (root / "home").mkdir()
+    patch = pytest.MonkeyPatch()
+    patch.setenv("HOME", str(root / "home"))
+    patch.setenv("PATCHKIT_HOME", str(root / "patchkit-home"))
+    # pytest-xdist's workers export COLUMNS=80; the CLI under test would then wrap its tables at 80
+    # columns in some runs and not in others. Outside a terminal it should use its own default.
+    patch.delenv("COLUMNS", raising=False)
+    yield
+    patch.undo()

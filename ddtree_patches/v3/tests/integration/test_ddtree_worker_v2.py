@@ -29,6 +29,7 @@ import pytest
 import torch
 
 worker_mod = pytest.importorskip("sglang.srt.speculative.ddtree_worker_v2")
+from sglang.kernels.ops.speculative import cache_locs  # noqa: E402
 from sglang.srt.layers import sampler as sampler_mod  # noqa: E402
 from sglang.srt.managers.scheduler import GenerationBatchResult  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
@@ -123,7 +124,9 @@ def _torch_murmur(seed, positions, cols):
 @pytest.fixture(autouse=True)
 def _cpu_kernels(monkeypatch):
     monkeypatch.setattr(worker_mod, "assign_extend_cache_locs_func", _assign_extend_cache_locs_func)
-    monkeypatch.setattr(spec_utils, "assign_extend_cache_locs", _Launch(_assign_extend_cache_locs))
+    # 0.5.23: move_accept_tokens_to_target_kvcache packs the accepted slots with
+    # fill_front_out_cache_loc_func, which launches cache_locs.assign_extend_cache_locs.
+    monkeypatch.setattr(cache_locs, "assign_extend_cache_locs", _Launch(_assign_extend_cache_locs))
     monkeypatch.setattr(spec_utils, "fill_accept_out_cache_loc_func", _fill_accept_out_cache_loc)
     monkeypatch.setattr(sampler_mod, "murmur_hash32", _torch_murmur)
     monkeypatch.setattr(worker_mod, "get_tp_group", lambda: SimpleNamespace(world_size=1))
@@ -449,7 +452,8 @@ def test_prefill_and_idle_batches_are_dflashs(monkeypatch):
     seen = []
     monkeypatch.setattr(
         worker_mod.DFlashWorkerV2, "forward_batch_generation",
-        lambda self, batch, on_publish=None, grammar_barrier=None: seen.append(batch.forward_mode) or "dflash",
+        lambda self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None: (
+            seen.append(batch.forward_mode) or "dflash"),
     )
     w, _ = make_worker(bs=1, budget=8, block_size=4, topk=4)
     for mode in (ForwardMode.EXTEND, ForwardMode.IDLE):

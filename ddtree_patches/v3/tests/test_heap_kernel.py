@@ -50,6 +50,10 @@ def test_cpu_inputs_never_reach_triton(ddtree_utils, monkeypatch):
     assert_matches_heap(tree, log_probs, token_ids, 8)
 
 
+@pytest.mark.parametrize(
+    "value, enabled",
+    [("0", False), ("false", False), ("OFF", False), (" no ", False), ("1", True), ("", True)],
+)
 def test_off_switch_is_read_at_import(ddtree_utils, monkeypatch, value, enabled):
     module = load_fresh(ddtree_utils, monkeypatch, SGLANG_DDTREE_TRITON=value)
     assert module.DDTREE_TRITON_ENV == "SGLANG_DDTREE_TRITON"

@@ -135,7 +135,7 @@ def _interpreter(ctx: VerifyContext) -> str:
         return override
     if ctx.gate_config(NAME).get("interpreter") == "current":
         return sys.executable  # only for self-contained example trees that need nothing installed
-    return envs.verify_interpreter(ctx).python  # the [verify.env] venv, created on first use
+    return str(envs.verify_interpreter(ctx).python)
 
 
 def _tree_digest(ctx: VerifyContext, source_root: str) -> str:

@@ -10,6 +10,8 @@ flashinfer's norm kernel):
 
   baseline       no speculation
   dflash         --speculative-algorithm DFLASH (overlap scheduler on)
+  dflash-sync    DFLASH with --disable-overlap-schedule (is a batch-8 overlap slowdown
+                 DFLASH's own, or DDTREE's?)
   ddtree         --speculative-algorithm DDTREE (overlap scheduler on, the default)
   ddtree-sync    DDTREE with --disable-overlap-schedule
 
@@ -51,11 +53,12 @@ SERVER_ARGS = [
 VARIANTS = {
     "baseline": [],
     "dflash": ["--speculative-algorithm", "DFLASH"],
+    "dflash-sync": ["--speculative-algorithm", "DFLASH", "--disable-overlap-schedule"],
     "ddtree": ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "64"],
     "ddtree-sync": ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "64",
                     "--disable-overlap-schedule"],
 }
-SPECULATIVE = ("dflash", "ddtree", "ddtree-sync")
+SPECULATIVE = ("dflash", "dflash-sync", "ddtree", "ddtree-sync")
 SAMPLED = ("ddtree", "ddtree-sync")
 
 

@@ -50,8 +50,8 @@ def test_every_variant_runs_and_is_lossless_against_the_standin(tmp_path):
     proc, summary, out = _run(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert summary["version"] == 1 and summary["pass"] is True
-    assert set(summary["servers"]) == {"baseline", "dflash", "ddtree", "ddtree-sync"}
-    for variant in ("dflash", "ddtree", "ddtree-sync"):
+    assert set(summary["servers"]) == {"baseline", "dflash", "dflash-sync", "ddtree", "ddtree-sync"}
+    for variant in ("dflash", "dflash-sync", "ddtree", "ddtree-sync"):
         row = summary["servers"][variant]
         assert row["teardown"] == "sigterm"
         for mode in ("serial", "concurrent"):
@@ -62,6 +62,7 @@ def test_every_variant_runs_and_is_lossless_against_the_standin(tmp_path):
     # The non-overlap server really got --disable-overlap-schedule.
     raw = json.loads((out / "raw.json").read_text())
     assert "--disable-overlap-schedule" in raw["ddtree-sync"]["command"]
+    assert "--disable-overlap-schedule" in raw["dflash-sync"]["command"]
     assert "--disable-overlap-schedule" not in raw["ddtree"]["command"]
 
 

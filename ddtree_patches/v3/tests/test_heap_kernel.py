@@ -50,6 +50,19 @@ def test_cpu_inputs_never_reach_triton(ddtree_utils, monkeypatch):
     assert_matches_heap(tree, log_probs, token_ids, 8)
 
 
+def test_kernel_limits(ddtree_utils):
+    lp, ids = small_top(ddtree_utils, depth=4, k=8)
+    supported = ddtree_utils._triton_tree_supported
+    assert supported(lp, ids, 1) and supported(lp, ids, 1021)
+    assert not supported(lp, ids, 0) and not supported(lp, ids, 1022)
+    deep_lp, deep_ids = small_top(ddtree_utils, depth=33, k=4)
+    assert not supported(deep_lp, deep_ids, 64)  # 33 reachable depths > 31 (5 bits in the kernel)
+    assert supported(deep_lp, deep_ids, 31)  # only min(L, B) depths are reachable
+    assert not supported(lp, ids[:, :, :4], 8)  # shapes differ
+    assert not supported(lp, ids.double(), 8)  # float token ids
+    assert not supported(lp[:0], ids[:0], 8)  # empty batch
+
+
 @pytest.mark.parametrize(
     "value, enabled",
     [("0", False), ("false", False), ("OFF", False), (" no ", False), ("1", True), ("", True)],

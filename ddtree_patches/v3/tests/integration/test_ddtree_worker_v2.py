@@ -230,6 +230,7 @@ def make_worker(*, bs: int, budget: int, block_size: int, topk: int):
     w._block_pos_offsets = torch.arange(block_size)
     w._draft_block_ids_buf = None
     w._draft_sampler = None
+    w._ddtree_mask_buf = None
     w._draft_topk = worker_mod._DDTreeDraftTopK(
         weight=torch.eye(V), num_org=V, num_org_padded=V, org_vocab_start=0,
         block_size=block_size, topk=topk, max_bs=bs,
@@ -438,6 +439,41 @@ def test_the_mask_is_sized_from_the_host_bound_not_the_device_lengths():
     assert bound.tolist() == [13, 17] and bound.device.type == "cpu"
     far = SimpleNamespace(seq_lens_cpu=torch.tensor([CTX * 2]))
     assert w._host_prefix_bound(far, None).tolist() == [CTX - w.verify_width]  # clamped to context
+
+
+def test_the_mask_buffer_persists_across_rounds_and_grows_only_on_a_larger_host_size():
+    # One buffer for every round: a round whose host-sized mask fits reuses it (no
+    # per-round allocation), a larger one grows it geometrically; the slice handed to
+    # the verify is exactly the host-known size, so the backend copies no more.
+    w, _ = make_worker(bs=2, budget=8, block_size=4, topk=4)
+    n = w.verify_width
+    first = w._verify_mask_out(2, torch.tensor([10, 20]))
+    assert first.numel() == n * 30 + 2 * n * n and first.dtype == torch.bool
+    buffer = w._ddtree_mask_buf
+    smaller = w._verify_mask_out(1, torch.tensor([12]))
+    assert w._ddtree_mask_buf is buffer and smaller.data_ptr() == buffer.data_ptr()
+    assert smaller.numel() == n * 12 + n * n
+    larger = w._verify_mask_out(2, torch.tensor([40, 40]))
+    assert w._ddtree_mask_buf is not buffer
+    assert w._ddtree_mask_buf.numel() == max(larger.numel(), 2 * buffer.numel())
+    assert larger.numel() == n * 80 + 2 * n * n
+
+
+def test_the_rounds_verify_reads_its_mask_from_the_persistent_buffer(monkeypatch):
+    # Every round's custom_mask is a view of the worker's one buffer, never a new tensor.
+    masks = []
+    build = RecordingWorker._build_verify_input
+
+    def recording(self, *args, **kwargs):
+        verify_input, cache_loc = build(self, *args, **kwargs)
+        masks.append((verify_input.custom_mask, self._ddtree_mask_buf))
+        return verify_input, cache_loc
+
+    monkeypatch.setattr(RecordingWorker, "_build_verify_input", recording)
+    run_rounds(prompts=PROMPTS, budget=16, block_size=8, topk=16, overlap=True, rounds=3)
+    assert len(masks) == 3
+    for mask, buffer in masks:
+        assert mask.data_ptr() == buffer.data_ptr() and mask.numel() <= buffer.numel()
 
 
 def test_requests_ddtree_cannot_serve_never_reach_the_round():

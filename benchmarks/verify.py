@@ -1,13 +1,17 @@
 """Benchmark ``patchkit verify``: each gate cold and warm, the whole command warm, and pyright and
-mypy on the same touched files; with ``--seeded``, which seeded defect classes each tool catches.
+mypy on the same touched files; with ``--seeded`` / ``--corpus``, which defects each tool catches.
 
-    python benchmarks/verify.py --set ddtree_patches/v1 --target <patched tree> [--runs 3] [--seeded]
+    python benchmarks/verify.py --set ddtree_patches/v1 --target <patched tree> [--runs 3] [--seeded] [--corpus]
 
-Cold = an empty result cache; warm = the same inputs again. Creating the isolated environment is
-timed on its own and excluded from both (it is built once per manifest pin set). The seeded table
-needs the base fetched by ``patchkit base fetch`` (``--base``) and uses the DEFECTS table of
-tests/verify/test_seeded_defects.py. Prints markdown tables; ``--json FILE`` keeps the raw numbers.
-Goal (issue 4): warm verify within 10 s on 2 cores, faster than pyright, catching every seeded class.
+Cold = an empty result cache and fresh in-process memos; warm = the same inputs again. Creating the
+isolated environment is timed on its own and excluded from both (it is built once per manifest pin
+set). ``--seeded`` uses the DEFECTS table of tests/verify/test_seeded_defects.py, ``--corpus`` the
+independent corpus of tests/verify/corpus/ (defects.toml and benign.toml): each entry is realised in
+a copy of the target (tests/verify/corpus/seeding.py) and checked by every gate, pyright and mypy;
+a tool catches an entry when it reports an error the clean tree does not have. Prints markdown
+tables; ``--json FILE`` keeps the raw numbers. Goals (issue 16): warm command <= 2 s, cold static
+gates (compile, xref, dispatch) < 5 s on 2 cores, every corpus defect caught, >= 90 % at its own
+file, no finding on the benign edits.
 """
 
 from __future__ import annotations
@@ -22,44 +26,62 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "verify"))
 
 from patchkit.checks.registry import GATES  # noqa: E402
-from patchkit.verify.envs import verify_interpreter  # noqa: E402
+from patchkit.verify import facts  # noqa: E402
 from patchkit.verify.api import Severity, VerifyContext  # noqa: E402
-from patchkit.verify.run import build_context  # noqa: E402
+from patchkit.verify.envs import verify_interpreter  # noqa: E402
+from patchkit.verify.run import build_context, run_gate  # noqa: E402
+
+STATIC = ("compile", "xref", "dispatch")
 
 
-def timed(call) -> tuple[float, object]:
+def timed(call: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     value = call()
     return time.perf_counter() - start, value
 
 
-def errors_of(findings) -> int:
+def cpu_timed(call: Callable[[], Any]) -> tuple[float, float, Any]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    value = call()
+    return time.perf_counter() - wall, time.process_time() - cpu, value
+
+
+def errors_of(findings: Iterable[Any]) -> int:
     return sum(1 for f in findings if f.severity == Severity.ERROR)
+
+
+def forget_memos() -> None:
+    """A cold run in a fresh process would have no parsed facts and no tree scan in memory."""
+    facts._MEMORY.clear()
+    facts._SCANS.clear()
 
 
 # ---------------------------------------------------------------- gates
 
 
-def time_gates(ctx: VerifyContext, runs: int) -> list[dict]:
-    """Per gate: one cold run (fresh cache), then ``runs`` warm runs (median)."""
+def time_gates(ctx: VerifyContext, runs: int, gates: list[str]) -> list[dict[str, Any]]:
+    """Per gate: one cold run (fresh cache and memos), then ``runs`` warm runs (median)."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-verify-cache-") as tmp:
         cold_ctx = dataclasses.replace(ctx, cache_dir=Path(tmp))
-        for name in GATES:
-            cold, findings = timed(lambda: GATES[name].run(cold_ctx))
+        forget_memos()
+        for name in gates:
+            cold, cpu, findings = cpu_timed(lambda: GATES[name].run(cold_ctx))
             warm = statistics.median(timed(lambda: GATES[name].run(cold_ctx))[0] for _ in range(runs))
-            rows.append({"gate": name, "cold_s": cold, "warm_s": warm, "errors": errors_of(findings)})
+            rows.append({"gate": name, "cold_s": cold, "cold_cpu_s": cpu, "warm_s": warm, "errors": errors_of(findings)})
     return rows
 
 
-def time_cli(set_dir: Path, target: Path, runs: int) -> dict:
+def time_cli(set_dir: Path, target: Path, runs: int) -> dict[str, Any]:
     """Wall time of the whole ``python -m patchkit verify`` (interpreter start included), cold then warm."""
     with tempfile.TemporaryDirectory(prefix="bench-verify-home-") as home:
         pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
@@ -68,11 +90,16 @@ def time_cli(set_dir: Path, target: Path, runs: int) -> dict:
         if real_envs.is_dir():  # reuse the built environment: its creation is excluded
             os.symlink(real_envs, Path(home) / "envs")
         command = [sys.executable, "-m", "patchkit", "verify", "--set", str(set_dir), "--target", str(target), "--json"]
-        walls = []
+        walls, cpus, code = [], [], None
         for _ in range(runs + 1):
+            before = os.times()
             wall, done = timed(lambda: subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env))
+            after = os.times()
             walls.append(wall)
-        return {"cold_s": walls[0], "warm_s": statistics.median(walls[1:]), "exit_code": done.returncode}
+            cpus.append((after.children_user - before.children_user) + (after.children_system - before.children_system))
+            code = done.returncode
+        return {"cold_s": walls[0], "warm_s": statistics.median(walls[1:]), "warm_cpu_s": statistics.median(cpus[1:]),
+                "exit_code": code}
 
 
 # ---------------------------------------------------------------- pyright and mypy
@@ -82,7 +109,7 @@ def py_files(ctx: VerifyContext) -> list[str]:
     return [rel for rel in ctx.touched if rel.endswith(".py") and (ctx.root / rel).is_file()]
 
 
-def run_pyright(ctx: VerifyContext, python: str) -> tuple[float, set] | None:
+def run_pyright(ctx: VerifyContext, python: str) -> tuple[float, set[tuple[str, int, str]]] | None:
     """pyright basic on the touched files (its config wants relative includes: a linked project dir)."""
     exe = shutil.which("pyright") or str(Path(sys.executable).parent / "pyright")
     if not Path(exe).exists():
@@ -108,14 +135,15 @@ def run_pyright(ctx: VerifyContext, python: str) -> tuple[float, set] | None:
                   for d in diagnostics if d["severity"] == "error"}
 
 
-def run_mypy(ctx: VerifyContext, cache_dir: Path) -> tuple[float, set] | None:
+def run_mypy(ctx: VerifyContext, cache_dir: Path) -> tuple[float, set[tuple[str, int, str]]] | None:
     try:
         import mypy  # noqa: F401
     except ImportError:
         return None
     files = [str(Path("python") / Path(f).relative_to("python")) for f in py_files(ctx) if f.startswith("python/")]
     command = [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent", "--check-untyped-defs",
-               "--explicit-package-bases", "--no-error-summary", "--show-error-codes", "--cache-dir", str(cache_dir), *files]
+               "--explicit-package-bases", "--no-error-summary", "--show-error-codes", "--cache-dir", str(cache_dir),
+               "--config-file", os.devnull, *files]
     env = {**os.environ, "MYPYPATH": str(ctx.root / "python")}
     wall, done = timed(lambda: subprocess.run(command, capture_output=True, text=True, cwd=ctx.root, env=env))
     found = set()
@@ -126,7 +154,7 @@ def run_mypy(ctx: VerifyContext, cache_dir: Path) -> tuple[float, set] | None:
     return wall, found
 
 
-def time_type_checkers(ctx: VerifyContext, python: str) -> list[dict]:
+def time_type_checkers(ctx: VerifyContext, python: str) -> list[dict[str, Any]]:
     rows = []
     pyright = run_pyright(ctx, python)
     rows.append({"tool": "pyright basic", "cold_s": pyright[0] if pyright else None, "warm_s": None,
@@ -139,46 +167,88 @@ def time_type_checkers(ctx: VerifyContext, python: str) -> list[dict]:
     return rows
 
 
-# ---------------------------------------------------------------- seeded defects
+# ---------------------------------------------------------------- seeded defects and the corpus
 
 
-def seeded_catches(set_dir: Path, base: Path, python: str) -> list[dict]:
-    """For each ready DEFECTS row: which gates, pyright and mypy report something new on the seeded tree."""
-    import test_seeded_defects as seeded
-    from test_seeded_defects import fresh_tree, seeded_set
+def catch_table(set_dir: Path, target: Path, python: str, edits: list[Any], gates: list[str], tools: list[str],
+                benign: bool = False) -> list[dict[str, Any]]:
+    """For each edit: which gates, pyright and mypy report an error the clean tree does not have, and
+    whether a gate names the edited file (and line). The edit is realised in a scratch clone."""
+    from tests.verify.corpus.seeding import realise, seeded
 
-    home = Path(os.environ.get("PATCHKIT_HOME", ".patchkit")).resolve()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-seeded-") as tmp:
-        clean_tree = fresh_tree(base, Path(tmp) / "clean")
-        seeded.apply(set_dir, clean_tree, home)
-        clean_ctx = build_context(set_dir, clean_tree)
-        baseline = {"pyright": (run_pyright(clean_ctx, python) or (0, set()))[1],
-                    "mypy": (run_mypy(clean_ctx, Path(tmp) / "mypy-clean") or (0, set()))[1]}
-        for n, defect in enumerate(d for d in seeded.DEFECTS if d.ready):
-            copy, _, _ = seeded_set(defect, Path(tmp) / f"set{n}")
-            seeded.lock(copy, home, base)
-            tree = fresh_tree(base, Path(tmp) / f"tree{n}")
-            seeded.apply(copy, tree, home)
-            _, doc = seeded.verify(copy, tree, home)
-            ctx = build_context(copy, tree)
-            caught = {g["gate"]: any(f["severity"] == "error" for f in g["findings"]) for g in doc["result"]["gates"]}
-            caught["pyright"] = bool((run_pyright(ctx, python) or (0, set()))[1] - baseline["pyright"])
-            caught["mypy"] = bool((run_mypy(ctx, Path(tmp) / f"mypy{n}") or (0, set()))[1] - baseline["mypy"])
-            rows.append({"defect": defect.name, "expected_gate": defect.gate, "caught": caught})
+    with tempfile.TemporaryDirectory(prefix="bench-catch-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "clone", "-q", str(target), str(tree)], check=True)
+        clean = build_context(set_dir, tree)
+        # mypy's cache is keyed by file contents: one cache for every entry is correct and much faster
+        baseline = {"pyright": (run_pyright(clean, python) or (0, set()))[1] if "pyright" in tools else set(),
+                    "mypy": (run_mypy(clean, Path(tmp) / "mypy") or (0, set()))[1] if "mypy" in tools else set()}
+        for edit in edits:
+            seed = realise(set_dir, tree, edit)
+            with seeded(tree, seed):
+                ctx = build_context(set_dir, tree)
+                runs = [run_gate(name, GATES.__getitem__, ctx) for name in gates]
+                caught = {r.gate: any(f.severity == Severity.ERROR for f in r.findings) for r in runs}
+                if benign:
+                    caught = {r.gate: any(f.severity in (Severity.ERROR, Severity.WARNING) for f in r.findings)
+                              for r in runs}
+                errors = [f for r in runs for f in r.findings if f.severity == Severity.ERROR]
+                if "pyright" in tools:
+                    caught["pyright"] = bool((run_pyright(ctx, python) or (0, set()))[1] - baseline["pyright"])
+                if "mypy" in tools:
+                    caught["mypy"] = bool((run_mypy(ctx, Path(tmp) / "mypy") or (0, set()))[1] - baseline["mypy"])
+            rows.append({"entry": edit.name, "kind": edit.kind, "file": seed.file, "line": seed.line, "caught": caught,
+                         "own_file": any(f.file == seed.file for f in errors),
+                         "own_line": any((f.file, f.line) == (seed.file, seed.line) for f in errors)})
+            print(f"  {edit.name}: {'own' if rows[-1]['own_file'] else '   '} "
+                  f"{[g for g, c in caught.items() if c]}", file=sys.stderr, flush=True)
     return rows
+
+
+def seeded_edits() -> list[Any]:
+    from tests.verify import test_seeded_defects as seeded
+
+    return [d.edit for d in seeded.DEFECTS]
+
+
+def corpus_edits(table: str) -> list[Any]:
+    from tests.verify.corpus.seeding import load_edits
+
+    name = "defects.toml" if table == "defect" else "benign.toml"
+    return list(load_edits(REPO / "tests" / "verify" / "corpus" / name, table))
 
 
 # ---------------------------------------------------------------- report
 
 
-def fmt(value) -> str:
+def fmt(value: Any) -> str:
     return "–" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
-def markdown(headers: list[str], rows: list[list]) -> str:
+def markdown(headers: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     return "\n".join(lines + ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows])
+
+
+def print_catches(title: str, rows: list[dict[str, Any]], gates: list[str], checkers: list[str],
+                  benign: bool = False) -> None:
+    tools = [*gates, *checkers]
+    body = [[r["entry"], r["kind"], *("✔" if r["caught"].get(t) else "✗" for t in tools)]
+            + ([] if benign else ["✔" if r["own_file"] else "✗", "✔" if r["own_line"] else "✗"]) for r in rows]
+    headers = ["entry", "class", *tools] + ([] if benign else ["own file", "own line"])
+    print(f"\n{title}\n\n" + markdown(headers, body))
+    if not benign:
+        caught = sum(any(r["caught"].get(g) for g in gates) for r in rows)
+        own = sum(r["own_file"] for r in rows)
+        line = sum(r["own_line"] for r in rows)
+        for tool in checkers:
+            print(f"{tool}: {sum(r['caught'].get(tool, False) for r in rows)}/{len(rows)} caught")
+        print(f"gates: {caught}/{len(rows)} caught, {own}/{len(rows)} with an error at the edited file, "
+              f"{line}/{len(rows)} at the edited line")
+    else:
+        noisy = [r["entry"] for r in rows if any(r["caught"].get(g) for g in gates)]
+        print(f"gates: findings on {len(noisy)} of {len(rows)} benign edits {noisy}")
 
 
 def main() -> None:
@@ -187,30 +257,49 @@ def main() -> None:
     parser.add_argument("--target", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seeded", action="store_true", help="also build the seeded-defect catch table")
-    parser.add_argument("--base", type=Path, help="pristine base tree for --seeded (from patchkit base fetch)")
+    parser.add_argument("--corpus", action="store_true", help="also build the corpus catch tables")
+    parser.add_argument("--no-timing", action="store_true", help="skip the timing tables")
     parser.add_argument("--json", type=Path, help="write the raw numbers here")
+    parser.add_argument("--gates", default=",".join(GATES), help="comma-separated gates to time and to catch with")
+    parser.add_argument("--tools", default="pyright,mypy", help="comma-separated type checkers to compare ('' for none)")
+    parser.add_argument("--no-cli", action="store_true", help="skip timing the whole command")
     args = parser.parse_args()
+    gates = [g for g in args.gates.split(",") if g]
+    tools = [t for t in args.tools.split(",") if t]
 
     ctx = build_context(args.set_dir, args.target)
     env_s, interpreter = timed(lambda: verify_interpreter(ctx))
-    report = {"touched_py": len(py_files(ctx)), "env_s": env_s, "cpus": os.cpu_count(),
-              "gates": time_gates(ctx, args.runs), "cli": time_cli(ctx.set_dir, ctx.root, args.runs),
-              "type_checkers": time_type_checkers(ctx, interpreter.python)}
-    print(f"touched .py files: {report['touched_py']}; environment ready in {env_s:.1f} s (excluded); {os.cpu_count()} CPUs\n")
-    gate_rows = [[r["gate"], r["cold_s"], r["warm_s"], r["errors"]] for r in report["gates"]]
-    gate_rows.append(["**sum of gates**", sum(r["cold_s"] for r in report["gates"]), sum(r["warm_s"] for r in report["gates"]), ""])
-    gate_rows.append(["**`patchkit verify` wall**", report["cli"]["cold_s"], report["cli"]["warm_s"], f"exit {report['cli']['exit_code']}"])
-    gate_rows += [[r["tool"], r["cold_s"], r["warm_s"], r["errors"]] for r in report["type_checkers"]]
-    print(markdown(["gate / tool", "cold s", "warm s", "errors"], gate_rows))
+    report: dict[str, Any] = {"touched_py": len(py_files(ctx)), "env_s": env_s, "cpus": os.cpu_count(),
+                              "load": os.getloadavg()}
+    if not args.no_timing:
+        report |= {"gates": time_gates(ctx, args.runs, gates),
+                   "cli": None if args.no_cli else time_cli(ctx.set_dir, ctx.root, args.runs),
+                   "type_checkers": time_type_checkers(ctx, interpreter.python) if tools else []}
+        print(f"touched .py files: {report['touched_py']}; environment ready in {env_s:.1f} s (excluded); "
+              f"{os.cpu_count()} CPUs; load average {report['load'][0]:.1f}\n")
+        rows = [[r["gate"], r["cold_s"], r["cold_cpu_s"], r["warm_s"], r["errors"]] for r in report["gates"]]
+        static = [r for r in report["gates"] if r["gate"] in STATIC]
+        rows.append(["**static gates (compile, xref, dispatch)**", sum(r["cold_s"] for r in static),
+                     sum(r["cold_cpu_s"] for r in static), sum(r["warm_s"] for r in static), ""])
+        rows.append(["**sum of gates (in process)**", sum(r["cold_s"] for r in report["gates"]),
+                     sum(r["cold_cpu_s"] for r in report["gates"]), sum(r["warm_s"] for r in report["gates"]), ""])
+        cli = report["cli"]
+        if cli:
+            rows.append(["**`patchkit verify` wall**", cli["cold_s"], None, cli["warm_s"],
+                         f"exit {cli['exit_code']}; warm CPU {cli['warm_cpu_s']:.2f} s"])
+        rows += [[r["tool"], r["cold_s"], None, r["warm_s"], r["errors"]] for r in report["type_checkers"]]
+        print(markdown(["gate / tool", "cold s", "cold CPU s", "warm s", "errors"], rows))
     if args.seeded:
-        if not args.base:
-            parser.error("--seeded needs --base")
-        report["seeded"] = seeded_catches(ctx.set_dir, args.base, interpreter.python)
-        tools = list(GATES) + ["pyright", "mypy"]
-        rows = [[r["defect"], r["expected_gate"]] + ["✔" if r["caught"].get(t) else "✗" for t in tools] for r in report["seeded"]]
-        print("\n" + markdown(["seeded defect", "expected gate", *tools], rows))
+        report["seeded"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, seeded_edits(), gates, tools)
+        print_catches("Seeded defects", report["seeded"], gates, tools)
+    if args.corpus:
+        report["corpus"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, corpus_edits("defect"), gates, tools)
+        print_catches("Corpus defects", report["corpus"], gates, tools)
+        report["benign"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, corpus_edits("benign"), gates, tools,
+                                       benign=True)
+        print_catches("Corpus benign edits", report["benign"], gates, tools, benign=True)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
+        args.json.write_text(json.dumps(report, indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -4,46 +4,73 @@ The cases in ``expectations/backend.toml`` (simulated hardware, flashinfer prese
 TP sizes, explicit backends, widths) are resolved by the tree's real ``ServerArgs.__post_init__`` in
 ONE subprocess of the isolated CPU interpreter (``checks/_backend/probe.py``: the tree's ``python/``
 first on sys.path, ``device="cuda"``, the hardware probes imported into ``server_args`` patched per
-case, tiny local config.json dirs for the target and the DFlash draft). Each case becomes a row
+case, tiny local config.json dirs for the target and the DFlash draft), twice: as
+``ServerArgs(**kwargs)`` and through SGLang's own command line (``cli_entry``, default
+``prepare_server_args``: the parser users hit), which must agree. Hand-written cases come from
+``[[case]]``; ``[matrix]`` generates a covering array over declared axes (GPU family, MHA/MLA,
+which flag gets an explicit backend, topk, deterministic inference, page size, ...) with an oracle
+(``checks/_backend/matrix.py``), and the gate states what the matrix covers. Each case becomes a row
 (an INFO finding, and :func:`evaluate` returns them typed) and is checked against:
 
 - its declared ``expect`` values (attention backend, whether TARGET_VERIFY honours a tree mask,
   ``speculative_eagle_topk``, draft and verify widths, overlap, page size, ...) or ``expect_error``;
-- the invariant that a DDTREE configuration that resolves must verify on a backend that honours the
-  tree mask, per the ``[tree_mask]`` table (map §3: triton yes, flashinfer yes, fa3 only with
-  topk > 1, trtllm_mha no, ...).
+- the invariant that a DDTREE configuration that resolves must verify on backends (prefill AND
+  decode) that honour the tree mask, per the ``[tree_mask]`` table (map §3: triton yes, flashinfer
+  yes, fa3 only with topk > 1, trtllm_mha no, ...);
+- the command line: every flag of the family (``[cli] family``, default the xref family) stores
+  into a ServerArgs field and defaults like it, and a case with the flag given (``[cli] flags``
+  holds a sample value per flag) resolves the same through the command line as through keywords.
+  Flag problems are reported at the flag's ``add_argument`` line in the tree.
+
+A failing case also names the line the series added that it traces back to (the ``raise`` that
+refused it, or the added line that ran and mentions the wrong value), as a second finding there.
 
 Each row also records what ``is_no_spec_infer_or_topk_one`` returns (with the user's topk, as the
 generic default rule sees it, and with the resolved args) and which backend the generic rule picks:
 the seed's unevaluated question, answered per GPU family.
 
-Rows are cached under ``ctx.cache_dir`` by the hash of the tree's Python sources, the cases, the
-probe and the interpreter, so a warm run does not start the subprocess.
+Rows are cached under ``ctx.cache_dir`` by the cases, the probe and the interpreter, and are valid
+while every tree file the probe imported is unchanged, so a warm run (or an edit of a file
+``server_args`` never imports) does not start the subprocess.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import sys
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchkit import proc, tomlfile
-
-from patchkit.verify import envs
+from patchkit import tomlfile
+from patchkit.checks._backend.matrix import Coverage, describe_row, generated_cases
+from patchkit.checks._probe.runner import (
+    DependencyCache,
+    python_names,
+    run_probe,
+    tokens_of,
+    trace_back,
+    tree_relative,
+)
+from patchkit.checks._probe.runner import (
+    folder_digest as _folder_digest,
+)
+from patchkit.checks._probe.runner import (
+    interpreter as _probe_interpreter,
+)
 from patchkit.errors import BadInput, Location
+from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
+from patchkit.verify.facts import added_lines
 
 NAME = "backend"
 DESCRIPTION = "the tree's ServerArgs resolves DDTREE to tree-mask-safe backends and widths on simulated GPUs"
 
 PROBE = Path(__file__).parent / "_backend" / "probe.py"
+TRACING = Path(__file__).parent / "_probe" / "tracing.py"
 DEFAULT_EXPECTATIONS = "expectations/backend.toml"
-MARKER = "=== patchkit backend probe rows ==="
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 # Expectation keys that are names for row fields.
 ALIASES = {
@@ -65,7 +92,8 @@ class CaseResult:
     name: str
     values: dict[str, Any]
     problems: tuple[str, ...]
-    line: int | None = None  # the case's [[case]] line in the expectations file
+    line: int | None = None  # the case's [[case]] line in the expectations file (or [matrix]'s)
+    traced: tuple[str, int] | None = None  # the added tree line the failure traces back to
 
     @property
     def ok(self) -> bool:
@@ -89,17 +117,26 @@ def _load_expectations(ctx: VerifyContext) -> tuple[dict[str, Any], str]:
                        hint="write the cases there or set [verify.backend] expectations")
     text = path.read_text()
     spec = tomlfile.parse(text, path, "fix the expectations file")
-    for case, line in zip(spec.get("case", []), _case_lines(text)):
+    for case, line in zip(spec.get("case", []), _case_lines(text), strict=False):
         case.setdefault("_line", line)
+    spec["_matrix_line"] = _matrix_line(text)
     return spec, rel
 
 
-def _build_cases(spec: dict[str, Any], rel: str) -> list[dict[str, Any]]:
-    """Cases with defaults, hardware profiles and model configs filled in."""
+def _matrix_line(text: str) -> int | None:
+    return next((n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[matrix]"), None)
+
+
+def _build_cases(spec: dict[str, Any], rel: str) -> tuple[list[dict[str, Any]], Coverage | None]:
+    """Cases with defaults, hardware profiles and model configs filled in: the hand-written ones,
+    then the generated matrix."""
     defaults = spec.get("defaults", {})
     hardware, models = spec.get("hardware", {}), spec.get("models", {})
+    generated, coverage = generated_cases(spec.get("matrix", {}))
+    for case in generated:
+        case["_line"] = spec.get("_matrix_line")
     cases = []
-    for n, raw in enumerate(spec.get("case", [])):
+    for n, raw in enumerate([*spec.get("case", []), *generated]):
         case = {**defaults, **raw, "args": {**defaults.get("args", {}), **raw.get("args", {})}}
         name = case.get("name") or f"case{n}"
         hw = hardware.get(case.get("hardware", ""))
@@ -119,70 +156,36 @@ def _build_cases(spec: dict[str, Any], rel: str) -> list[dict[str, Any]]:
             "args": case["args"],
             "expect": case.get("expect", {}),
             "expect_error": case.get("expect_error"),
+            "expect_error_flag": case.get("expect_error_flag"),
+            "offending": case.get("offending"),
+            "exception": case.get("exception"),
+            "expect_resolves": bool(case.get("expect_resolves")),
+            "generated": case.get("generated"),
             "hardware": case.get("hardware"),
             "line": raw.get("_line"),
         })
-    return cases
+    return cases, coverage
 
 
 # ---------------------------------------------------------------------------------------------
 # Running the probe
 
 
-def _interpreter(ctx: VerifyContext) -> str:
-    override = os.environ.get("PATCHKIT_VERIFY_PYTHON")
-    if override:
-        return override
-    if ctx.gate_config(NAME).get("interpreter") == "current":
-        return sys.executable  # only for self-contained example trees that need nothing installed
-    return str(envs.verify_interpreter(ctx).python)
-
-
-def _tree_digest(ctx: VerifyContext, source_root: str) -> str:
-    digest = hashlib.sha256()
-    base = ctx.root / source_root
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                path = Path(dirpath, name)
-                digest.update(str(path.relative_to(base)).encode())
-                digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _folder_digest(folder: Path | None) -> str | None:
-    """Content hash of a stub folder, so editing a stub invalidates cached rows."""
-    if folder is None or not folder.is_dir():
-        return None
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts):
-        digest.update(str(path.relative_to(folder)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _probe_rows(ctx: VerifyContext, request: dict[str, Any]) -> list[dict[str, Any]]:
-    python = _interpreter(ctx)
+def _probe_payload(ctx: VerifyContext, request: dict[str, Any], stub_folder: Path | None) -> dict[str, Any]:
+    """The probe's rows for ``request``, from the dependency cache when nothing it imported changed."""
     source_root = ctx.manifest.verify.get("source_root", "python")
     key = hashlib.sha256(json.dumps(
-        [CACHE_VERSION, request, python, PROBE.read_text(), _tree_digest(ctx, source_root)], sort_keys=True
-    ).encode()).hexdigest()
-    cached = ctx.cache_dir / "backend" / f"{key}.json"
-    if cached.is_file():
-        return json.loads(cached.read_text())
-    timeout = float(ctx.gate_config(NAME).get("timeout_s", 600))
-    done = proc.run([python, str(PROBE)], input=json.dumps(request), timeout=timeout,
-                    env={"PYTHONDONTWRITEBYTECODE": "1"}, cwd=ctx.root)
-    payload = json.loads(done.stdout.split(MARKER, 1)[1]) if MARKER in done.stdout else {}
-    if "rows" not in payload:
-        detail = payload.get("import_error") or done.stderr[-2000:] or done.stdout[-2000:]
-        raise BadInput(f"the tree's ServerArgs could not be imported in {python}: {detail.strip()}",
-                       location=Location(f"{source_root}/{request['module'].replace('.', '/')}.py"),
-                       hint="check the isolated environment ([verify.env]) and the tree")
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(payload["rows"]))
-    return payload["rows"]
+        [CACHE_VERSION, request, _probe_interpreter(ctx, NAME), PROBE.read_text(), TRACING.read_text(),
+         _folder_digest(stub_folder), python_names(ctx.root, source_root)], sort_keys=True).encode()).hexdigest()
+    cache = DependencyCache(ctx.cache_dir, NAME, key)
+    cached = cache.get(ctx.root)
+    if cached is not None:
+        return cached[0]
+    module_file = f"{source_root}/{request['module'].replace('.', '/')}.py"
+    payload = run_probe(ctx, NAME, PROBE, request, float(ctx.gate_config(NAME).get("timeout_s", 600)), module_file)
+    deps = [r for path in payload.get("deps", []) if (r := tree_relative(ctx, path)) is not None]
+    cache.put(ctx.root, deps, [payload])
+    return payload
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,6 +224,9 @@ def _derive(row: dict[str, Any], table: dict[str, str]) -> dict[str, Any]:
     values["verify_backend"] = effective_backend(verify or row.get("attention_backend"), row.get("use_mla"))
     topk = row.get("speculative_eagle_topk")
     values["tree_mask"] = _mask_support(table, values["verify_backend"], topk)
+    other = row.get("prefill_attention_backend") if mode == "decode" else row.get("decode_attention_backend")
+    values["other_backend"] = effective_backend(other or row.get("attention_backend"), row.get("use_mla"))
+    values["other_tree_mask"] = _mask_support(table, values["other_backend"], topk)
     values["overlap"] = not row.get("disable_overlap_schedule")
     generic = effective_backend(row.get("generic_rule_at_selection"), row.get("use_mla"))
     values["generic_rule_tree_mask"] = _mask_support(table, generic, topk) if generic else None
@@ -228,7 +234,9 @@ def _derive(row: dict[str, Any], table: dict[str, str]) -> dict[str, Any]:
 
 
 def _check_case(case: dict[str, Any], values: dict[str, Any], algorithm: str) -> list[str]:
-    problems = []
+    problems: list[str] = []
+    if "error" in values and case.get("generated") is not None:
+        return problems  # the matrix oracle judges refusals (_check_generated)
     if "error" in values:
         if not case["expect_error"]:
             problems.append(f"ServerArgs raised {values['error']}")
@@ -248,32 +256,136 @@ def _check_case(case: dict[str, Any], values: dict[str, Any], algorithm: str) ->
         elif not values["tree_mask"]:
             problems.append(f"DDTREE verifies on {values.get('verify_backend')!r}, whose TARGET_VERIFY ignores "
                             f"the tree mask (speculative_eagle_topk={values.get('speculative_eagle_topk')})")
+        elif values.get("other_tree_mask") is False:
+            problems.append(f"DDTREE's other target backend is {values.get('other_backend')!r}, which ignores the "
+                            "tree mask (both prefill and decode must apply it)")
     return problems
 
 
-def evaluate(ctx: VerifyContext) -> tuple[list[CaseResult], str]:
-    """Every case, resolved and checked; also the expectations file's set-relative path."""
-    spec, rel = _load_expectations(ctx)
-    cases = _build_cases(spec, rel)
-    table = spec.get("tree_mask", {})
-    stub_folder, _ = envs.stubs(ctx, NAME)
-    stub_paths = [str(stub_folder)] if stub_folder else []
-    request = {
+def _words(text: str) -> str:
+    return " " + re.sub(r"[^a-z0-9]+", " ", text.lower()) + " "
+
+
+def _check_generated(case: dict[str, Any], values: dict[str, Any], algorithm: str = "DDTREE") -> list[str]:
+    """The matrix oracle (checks/_backend/matrix.py) for a generated case. The set's own refusals
+    (their message names the algorithm) must name the flag to change; the base's may name the
+    offending value instead."""
+    exception = case.get("exception")
+    if exception is not None:
+        if "error" not in values:
+            return [f"expected the declared refusal ({exception['reason']}), but it resolved"]
+        return [] if exception["error"] in values["error"] else [
+            f"expected the declared refusal containing {exception['error']!r}, got {values['error']}"]
+    flag, offending = case.get("expect_error_flag"), case.get("offending")
+    if flag:
+        if "error" not in values:
+            return [f"expected a refusal naming {flag}, but it resolved (backend {values.get('verify_backend')})"]
+        error = values["error"]
+        own = algorithm in error
+        # the set's own refusal names the flag, or the setting in words with its value ("prefill attention
+        # backend 'fa3'"); the base's may name the offending value alone
+        said = bool(offending) and _words(str(offending)) in _words(error)
+        named = flag in error or (said and (not own or _words(flag.strip("-").replace("-", " ")) in _words(error)))
+        return [] if named else [f"refused, but the error names neither {flag} nor {offending!r}: {error}"]
+    if case.get("expect_resolves") and "error" in values:
+        return [f"must resolve (every choice is allowed), but ServerArgs raised {values['error']}"]
+    return []
+
+
+def _check_cli(values: dict[str, Any], cli: dict[str, Any] | None) -> list[str]:
+    """The command line must resolve a case exactly as ServerArgs(**kwargs) does."""
+    if not cli or "unavailable" in cli:
+        return []
+    argv = " ".join(a for a in cli.get("argv", []) if not a.startswith("/"))
+    if ("error" in values) != ("error" in cli):
+        got = cli.get("error") or f"resolved (backend {cli.get('attention_backend')})"
+        want = values.get("error") or f"resolved (backend {values.get('attention_backend')})"
+        return [f"the command line ({argv}) gives {got}; ServerArgs(**kwargs) gives {want}"]
+    if "error" in values:
+        return [] if cli["error"].split(":")[0] == values["error"].split(":")[0] else [
+            f"the command line ({argv}) is refused with {cli['error']}; ServerArgs(**kwargs) with {values['error']}"]
+    differ = [f"{k}: command line {cli.get(k)!r}, keywords {values.get(k)!r}"
+              for k in _CLI_FIELDS if cli.get(k) != values.get(k)]
+    return [f"the command line ({argv}) resolves differently: {'; '.join(differ)}"] if differ else []
+
+
+_CLI_FIELDS = (
+    "attention_backend", "prefill_attention_backend", "decode_attention_backend", "speculative_algorithm",
+    "speculative_eagle_topk", "speculative_num_steps", "speculative_num_draft_tokens",
+    "speculative_dflash_block_size", "disable_overlap_schedule", "page_size", "max_running_requests",
+    "enable_mixed_chunk", "tp_size",
+)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Every case's result, the flags' problems, and what the generated matrix covers."""
+
+    results: list[CaseResult]
+    rel: str  # the expectations file, set-relative
+    flag_problems: list[tuple[str, int | None, str]]  # (tree file, line, message)
+    coverage: Coverage | None
+    cli_entry: bool
+
+
+def _request(ctx: VerifyContext, spec: dict[str, Any], cases: list[dict[str, Any]], stub_paths: list[str],
+             added: dict[str, frozenset[int]]) -> dict[str, Any]:
+    cli = spec.get("cli", {})
+    by_name = {c["name"]: c for c in cases}
+    flag_case = by_name.get(cli.get("case", "")) if cli.get("case") else None
+    keys = ("name", "probes_on", "flashinfer", "target", "draft", "args")
+    return {
         "tree_python": str(ctx.root / ctx.manifest.verify.get("source_root", "python")),
         "stub_paths": stub_paths,
-        "stub_digest": _folder_digest(stub_folder),
         "module": spec.get("module", "sglang.srt.server_args"),
         "probes": spec.get("probes", list(DEFAULT_PROBES)),
-        "cases": [{k: c[k] for k in ("name", "probes_on", "flashinfer", "target", "draft", "args")} for c in cases],
+        "cases": [{k: c[k] for k in keys} for c in cases],
+        "cli_entry": cli.get("entry", "prepare_server_args") if cli.get("enabled", True) else None,
+        "flag_family": cli.get("family") or ctx.gate_config("xref").get("family") or "ddtree",
+        "flag_samples": {k: v for k, v in cli.get("flags", {}).items()},
+        "flag_case": {k: flag_case[k] for k in keys} if flag_case else None,
+        "touched": [str((ctx.root / r).resolve()) for r in ctx.touched if r.endswith(".py")],
+        "added": {str((ctx.root / r).resolve()): sorted(lines) for r, lines in added.items()},
     }
-    rows = {row["name"]: row for row in _probe_rows(ctx, request)}
+
+
+def _trace(ctx: VerifyContext, row: dict[str, Any], problems: list[str],
+           added: dict[str, frozenset[int]]) -> tuple[str, int] | None:
+    tokens = tokens_of(*problems)
+    return trace_back(ctx, row.get("executed", []), added, tokens, None, row.get("raised_at"))
+
+
+def evaluate(ctx: VerifyContext) -> Evaluation:
+    """Every case, resolved and checked (keywords and command line); also the flags' problems."""
+    spec, rel = _load_expectations(ctx)
+    cases, coverage = _build_cases(spec, rel)
+    table = spec.get("tree_mask", {})
+    stub_folder, _ = envs.stubs(ctx, NAME)
+    added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")])
+    request = _request(ctx, spec, cases, [str(stub_folder)] if stub_folder else [], added)
+    payload = _probe_payload(ctx, request, stub_folder)
+    rows = {row["name"]: row for row in payload["rows"]}
     algorithm = spec.get("algorithm", "DDTREE")
     results = []
     for case in cases:
-        values = _derive(rows.get(case["name"], {"error": "no row from the probe"}), table)
+        row = rows.get(case["name"], {"error": "no row from the probe"})
+        values = _derive(row, table)
         values["hardware"], values["flashinfer"] = case["hardware"], case["flashinfer"]
-        results.append(CaseResult(case["name"], values, tuple(_check_case(case, values, algorithm)), case["line"]))
-    return results, rel
+        problems = _check_case(case, values, algorithm) + _check_generated(case, values, algorithm)
+        problems += _check_cli(values, row.get("cli"))
+        traced = _trace(ctx, row, problems, added) if problems else None
+        name = case["name"] + (f" ({describe_row(case['generated'])})" if case.get("generated") else "")
+        results.append(CaseResult(name, values, tuple(problems), case["line"], traced))
+    flag_problems = []
+    for flag in payload.get("flags", []):
+        file = tree_relative(ctx, flag["file"]) if flag.get("file") else None
+        for message, line in flag["problems"]:
+            flag_problems.append((file or rel, line, message))
+        if flag.get("case"):
+            kw_values = _derive(flag["case"], table)
+            for problem in _check_cli(kw_values, flag["case"].get("cli")):
+                flag_problems.append((file or rel, flag.get("line"), f"with {flag['flag']}: {problem}"))
+    return Evaluation(results, rel, flag_problems, coverage, bool(payload.get("cli_entry")))
 
 
 ROW_KEYS = (
@@ -293,15 +405,34 @@ def format_row(result: CaseResult) -> str:
 
 
 def run(ctx: VerifyContext) -> list[Finding]:
-    results, rel = evaluate(ctx)
+    evaluation = evaluate(ctx)
+    rel = evaluation.rel
     findings = envs.stubs(ctx, NAME)[1]  # each stub in use is reported, an undeclared one refused
-    for result in results:
+    if evaluation.coverage is not None:
+        findings.append(Finding(gate=NAME, severity=Severity.INFO, file=rel, line=None,
+                                message=evaluation.coverage.describe()))
+    if not evaluation.cli_entry:
+        findings.append(Finding(gate=NAME, severity=Severity.INFO, file=rel, line=None,
+                                message="cases resolved through ServerArgs(**kwargs) only: "
+                                "the module has no command-line entry ([cli] entry)"))
+    traced: dict[tuple[str, int | None], list[str]] = {}
+    for result in evaluation.results:
         findings.append(Finding(gate=NAME, severity=Severity.INFO, file=rel, line=result.line,
                                 message=format_row(result)))
         for problem in result.problems:
             findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=result.line,
                                     message=f"case {result.name}: {problem}",
                                     hint="fix the tree's DDTREE resolution or the declared expectation"))
+        if result.traced and result.problems:
+            traced.setdefault(result.traced, []).append(f"{result.name}: {result.problems[0]}")
+    for (file, line), failures in traced.items():
+        more = f" (and {len(failures) - 1} more case(s))" if len(failures) > 1 else ""
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
+                                message=f"backend case failure traces back to this added line: {failures[0]}{more}",
+                                hint=f"see the case rows of {rel}"))
+    for file, line, message in evaluation.flag_problems:
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line, message=message,
+                                hint="make the flag store into its ServerArgs field with the field's default"))
     return findings
 
 

@@ -14,12 +14,13 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from patchkit import proc
 from patchkit.errors import BadInput, location
-from patchkit.verify.envs import find_interpreter
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, key_of, sha256_bytes
+from patchkit.verify.envs import find_interpreter
 
 NAME = "compile"
 DESCRIPTION = "touched .py files compile on every target Python version"
@@ -53,7 +54,7 @@ def target_versions(ctx: VerifyContext) -> list[str]:
     return [str(v) for v in versions]
 
 
-def compile_in_memory(path: Path) -> list | None:
+def compile_in_memory(path: Path) -> list[Any] | None:
     try:
         compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
     except SyntaxError as error:
@@ -63,12 +64,13 @@ def compile_in_memory(path: Path) -> list | None:
     return None
 
 
-def compile_with(interpreter: str, paths: list[Path]) -> dict[str, list | None]:
+def compile_with(interpreter: str, paths: list[Path]) -> dict[str, list[Any] | None]:
     """Compile ``paths`` in one subprocess of ``interpreter``."""
     with tempfile.TemporaryDirectory(prefix="patchkit-compile-") as tmp:
         out = Path(tmp) / "out.json"
         proc.run([interpreter, "-c", _COMPILER, out, *paths], timeout=600)
-        return json.loads(out.read_text())
+        outcome: dict[str, list[Any] | None] = json.loads(out.read_text())
+        return outcome
 
 
 def missing_interpreter(version: str, count: int) -> Finding:
@@ -78,7 +80,7 @@ def missing_interpreter(version: str, count: int) -> Finding:
                    f"{version}) and put python{version} on PATH, or set PATCHKIT_PYTHON_{version.replace('.', '_')}")
 
 
-def outcomes_for(version: str, files: dict[str, Path], cache: ResultCache) -> dict[str, list | None] | None:
+def outcomes_for(version: str, files: dict[str, Path], cache: ResultCache) -> dict[str, list[Any] | None] | None:
     """Per tree-relative file: None when it compiles, [line, message] when it does not.
 
     Cached per (version, content hash); the interpreter is looked up only on a miss, so a warm run
@@ -99,7 +101,7 @@ def outcomes_for(version: str, files: dict[str, Path], cache: ResultCache) -> di
         for rel, value in fresh.items():
             cache.put(keys[rel], {"error": value})
             outcomes[rel] = {"error": value}
-    return {rel: value["error"] for rel, value in outcomes.items()}
+    return {rel: value["error"] if value is not None else None for rel, value in outcomes.items()}
 
 
 def run(ctx: VerifyContext) -> list[Finding]:
@@ -113,7 +115,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
             continue
         for rel, error in sorted(outcomes.items()):
             if error is not None:
-                findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=error[0], message=f"does not compile on Python {version}: {error[1]}"))
+                findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=error[0],
+                                        message=f"does not compile on Python {version}: {error[1]}"))
     return findings
 
 

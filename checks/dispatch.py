@@ -19,22 +19,37 @@ The set declares each site in ``expectations/dispatch.toml``::
     treatment = "handled"          # handled | rejected | not_applicable
     reason = "DDTREE dispatched before is_dflash() to the DFlash worker in tree mode"
 
-Findings: a site without a declaration (so after a rebase new sites fail until reviewed), a site
-declared ``handled`` whose expression mentions neither DDTREE nor a covering helper, and a
-declaration whose site no longer exists (stale).
+A collection of algorithm names or of members of ``[verify.dispatch] member_enums`` (the reserved
+plugin names, ``is_verify_input``'s set of input types) is a site as a whole; set members are sorted
+in its identity, so reordering a set changes nothing.
+
+The helpers' own definitions are not sites: ``[verify.dispatch] families`` declares which enum
+members each helper must be true for, e.g. ``is_dflash_family = ["DFLASH", "DDTREE"]``, and every
+definition is evaluated per member (``return self in (...)``, ``self == X``, calls of other helpers,
+``and``/``or``/``not``; a plugin class's helper written in terms of other helpers is evaluated with
+the enum's definitions of those). A helper that stops covering DDTREE fails at its return line,
+before any of the sites that rely on it.
+
+Findings: a site without a declaration (so after a rebase new sites fail until reviewed), reported at
+the line that differs from the declaration it replaces when the site changed; a site declared
+``handled`` whose expression mentions neither DDTREE nor a covering helper; a declaration whose site
+no longer exists (stale); a member listed twice in a membership collection; a family helper whose
+definition is true for other members than declared.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-
+from typing import Any
 
 from patchkit import tomlfile
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import PyIndex, scan, settings_from_manifest
+from patchkit.verify.facts import PyIndex, canonical_expression, scan, settings_from_manifest
 
 NAME = "dispatch"
 DESCRIPTION = "every branch on the speculative algorithm is declared handled, rejected or not applicable"
@@ -54,6 +69,8 @@ class Site:
     occurrence: int
     line: int | None
     primitives: tuple[str, ...]
+    code: str = ""  # the site's source as written (for locating the line that changed)
+    duplicates: tuple[tuple[str, int], ...] = ()  # members a membership collection lists twice
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -79,20 +96,24 @@ class Declaration:
 # Sites
 
 
-def collect_sites(ctx: VerifyContext) -> list[Site]:
-    """Every dispatch site in the tree under the source root, in file and line order."""
+def _dispatch_facts(ctx: VerifyContext) -> list[dict[str, Any]]:
+    """Facts of every file under the source root that holds a dispatch primitive."""
     settings = settings_from_manifest(ctx.manifest)
-    hits = scan(ctx.root, settings).dispatch
     index = PyIndex(ctx.root, settings, ctx.cache_dir)
+    loaded = (index.load(rel) for rel in scan(ctx.root, settings, ctx.cache_dir).dispatch)
+    return [facts for facts in loaded if facts is not None]  # one that does not parse is compile's finding
+
+
+def collect_sites(ctx: VerifyContext, all_facts: list[dict[str, Any]] | None = None) -> list[Site]:
+    """Every dispatch site in the tree under the source root, in file and line order."""
     sites: list[Site] = []
-    for rel in hits:
-        facts = index.load(rel)
-        if facts is None:
-            continue  # a file that does not parse is the compile gate's finding
+    for facts in all_facts if all_facts is not None else _dispatch_facts(ctx):
         seen: Counter[tuple[str, str]] = Counter()
         for raw in facts["dispatch"]:
             ident = (raw["scope"], raw["expr"])
-            sites.append(Site(rel, raw["scope"], raw["expr"], seen[ident], raw["line"], tuple(raw["primitives"])))
+            sites.append(Site(facts["path"], raw["scope"], raw["expr"], seen[ident], raw["line"],
+                              tuple(raw["primitives"]), raw.get("code", ""),
+                              tuple((code, line) for code, line in raw.get("duplicates", ()))))
             seen[ident] += 1
     return sites
 
@@ -102,7 +123,7 @@ def collect_sites(ctx: VerifyContext) -> list[Site]:
 
 
 def declarations_path(ctx: VerifyContext) -> Path:
-    return ctx.set_dir / ctx.gate_config(NAME).get("declarations", DEFAULT_DECLARATIONS)
+    return ctx.set_dir / str(ctx.gate_config(NAME).get("declarations", DEFAULT_DECLARATIONS))
 
 
 
@@ -128,9 +149,11 @@ def load_declarations(path: Path) -> tuple[list[Declaration], list[str]]:
         if entry["treatment"] not in TREATMENTS:
             problems.append(f"line {line}: treatment {entry['treatment']!r} is not one of {', '.join(TREATMENTS)}")
             continue
+        # Canonical like the sites' own identity, so declarations written before set members were
+        # sorted (or reordered by hand) still match.
         declarations.append(
-            Declaration(entry["file"], entry["scope"], entry["expr"], int(entry.get("occurrence", 0)),
-                        entry["treatment"], entry["reason"], line)
+            Declaration(entry["file"], entry["scope"], canonical_expression(entry["expr"]),
+                        int(entry.get("occurrence", 0)), entry["treatment"], entry["reason"], line)
         )
     return declarations, problems
 
@@ -155,13 +178,22 @@ def run(ctx: VerifyContext) -> list[Finding]:
     declarations, problems = load_declarations(decl_path)
     findings = [Finding(gate=NAME, severity=Severity.ERROR, file=decl_rel, line=None, message=p,
                         hint="fix the declaration") for p in problems]
-    sites = collect_sites(ctx)
+    all_facts = _dispatch_facts(ctx)
+    sites = collect_sites(ctx, all_facts)
     by_key = {d.key: d for d in declarations}
+    present = {s.key for s in sites}
+    stale = [d for d in declarations if d.key not in present]
+    replaced: set[tuple[str, str, str, int]] = set()
     findings += _duplicate_findings(declarations, decl_rel)
+    findings += family_findings(ctx, all_facts)
     for site in sites:
         declared = by_key.get(site.key)
+        before = _replaced_declaration(site, stale) if declared is None else None
+        findings += _listed_twice(site, before)
         if declared is None:
-            findings.append(_undeclared(site, decl_rel))
+            if before is not None:
+                replaced.add(before.key)
+            findings.append(_undeclared(site, decl_rel, before))
         elif declared.treatment == "handled" and not _covered(site, covers):
             findings.append(
                 Finding(gate=NAME, severity=Severity.ERROR, file=site.file, line=site.line,
@@ -169,9 +201,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
                         f"({', '.join(covers)}): {_describe(site)}",
                         hint="handle DDTREE in this branch, or declare the site rejected/not_applicable with a reason")
             )
-    present = {s.key for s in sites}
-    for d in declarations:
-        if d.key not in present:
+    for d in stale:
+        if d.key not in replaced:
             findings.append(
                 Finding(gate=NAME, severity=Severity.ERROR, file=decl_rel, line=d.line,
                         message=f"declared dispatch site no longer exists: {d.file} {d.scope}: `{d.expr}`"
@@ -181,13 +212,148 @@ def run(ctx: VerifyContext) -> list[Finding]:
     return findings
 
 
-def _undeclared(site: Site, decl_rel: str) -> Finding:
+def _undeclared(site: Site, decl_rel: str, before: Declaration | None = None) -> Finding:
+    hint = (f"review how DDTREE is treated here and declare it in {decl_rel} "
+            "(`patchkit dispatch-sites` adds skeleton entries)")
+    if before is None:
+        return Finding(gate=NAME, severity=Severity.ERROR, file=site.file, line=site.line,
+                       message=f"undeclared dispatch site in {_describe(site)}",
+                       hint=hint)
     return Finding(
-        gate=NAME, severity=Severity.ERROR, file=site.file, line=site.line,
-        message=f"undeclared dispatch site in {_describe(site)}",
-        hint=f"review how DDTREE is treated here and declare it in {decl_rel} "
-        "(`patchkit dispatch-sites --write` adds skeleton entries)",
-    )
+        gate=NAME, severity=Severity.ERROR, file=site.file, line=changed_line(site, before.expr),
+        message=f"undeclared dispatch site in {_describe(site)}: it replaces the declared `{before.expr}` "
+        f"({before.treatment}: {before.reason})", hint=hint)
+
+
+def _compact(text: str) -> str:
+    return re.sub(r"\s+", "", re.sub(r"#[^\n]*", "", text)).rstrip(",")
+
+
+def _replaced_declaration(site: Site, stale: list[Declaration]) -> Declaration | None:
+    """The stale declaration of the same file and scope this site most resembles (the site as it
+    was before an edit), if any."""
+    candidates = [d for d in stale if (d.file, d.scope) == (site.file, site.scope)]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda d: difflib.SequenceMatcher(None, d.expr, site.expr).ratio())
+
+
+def changed_line(site: Site, before: str) -> int | None:
+    """The first line of the site's source that the declared expression does not contain: the
+    edited line of a multi-line condition or collection (else the site's first line)."""
+    old = _compact(before)
+    for offset, line in enumerate(site.code.splitlines()):
+        text = _compact(line)
+        if text and text not in old:
+            return (site.line or 1) + offset
+    return site.line
+
+
+def _listed_twice(site: Site, before: Declaration | None) -> list[Finding]:
+    """A member listed twice, at the copy: the line the edit changed when the site replaces a
+    declaration and that line holds the member, else the second occurrence."""
+    edited = changed_line(site, before.expr) if before is not None else None
+    lines = site.code.splitlines()
+    out = []
+    for code, line in site.duplicates:
+        offset = (edited or 0) - (site.line or 0)
+        if edited is not None and 0 <= offset < len(lines) and _compact(code) in _compact(lines[offset]):
+            line = edited
+        out.append(Finding(gate=NAME, severity=Severity.ERROR, file=site.file, line=line,
+                           message=f"`{code}` is listed twice in the dispatch site {site.scope}: `{site.expr}`",
+                           hint="a member is probably missing where the copy is: list each member once"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Family helpers: each definition is true for exactly the declared members
+
+
+def _evaluate(expr: list[Any], member: str, predicates: dict[str, dict[str, Any]], depth: int = 0) -> bool | None:
+    """``expr`` (facts' predicate tree) for one enum member; None when it cannot be known statically.
+    Helper calls are evaluated with the enum's own definitions."""
+    kind = expr[0]
+    if kind == "const":
+        return bool(expr[1])
+    if kind == "in":
+        return member in expr[1]
+    if kind == "not":
+        inner = _evaluate(expr[1], member, predicates, depth)
+        return None if inner is None else not inner
+    if kind in ("or", "and"):
+        values = [_evaluate(e, member, predicates, depth) for e in expr[1:]]
+        decided: bool = kind == "or"
+        if decided in values:
+            return decided
+        return None if None in values else not decided
+    if kind == "call" and depth < 12 and expr[1] in predicates:
+        return _evaluate(predicates[expr[1]]["expr"], member, predicates, depth + 1)
+    return None
+
+
+def _enum_definition(all_facts: list[dict[str, Any]], enum: str) -> tuple[dict[str, Any], str, list[str]] | None:
+    """(facts, class qualname, members) of the algorithm enum, if an indexed file defines it."""
+    for facts in all_facts:
+        for qual, cls in facts["classes"].items():
+            if cls["name"] == enum and any(p["class"] == qual for p in facts["predicates"].values()):
+                return facts, qual, [a for a in cls["attrs"] if a.isupper()]
+    return None
+
+
+def family_findings(ctx: VerifyContext, all_facts: list[dict[str, Any]]) -> list[Finding]:
+    """Every definition of a helper in ``[verify.dispatch] families`` is true for exactly the
+    declared members of the enum."""
+    families: dict[str, list[str]] = ctx.gate_config(NAME).get("families", {})
+    if not families:
+        return []
+    enum = settings_from_manifest(ctx.manifest).enum_name
+    found = _enum_definition(all_facts, enum)
+    if found is None:
+        return [Finding(gate=NAME, severity=Severity.ERROR, file="manifest.toml", line=None,
+                        message=f"[verify.dispatch] families is set, but no indexed file defines the enum {enum} "
+                        "with helpers",
+                        hint="check [verify.dispatch] enum")]
+    enum_facts, enum_qual, members = found
+    predicates = {p["name"]: p for p in enum_facts["predicates"].values() if p["class"] == enum_qual}
+    findings = []
+    for helper, declared in families.items():
+        unknown = sorted(set(declared) - set(members))
+        if unknown:
+            findings.append(Finding(gate=NAME, severity=Severity.ERROR, file="manifest.toml", line=None,
+                                    message=f"[verify.dispatch] families: {helper} lists {', '.join(unknown)}, "
+                                    f"which {enum} does not define", hint=f"members of {enum}: {', '.join(members)}"))
+        if helper not in predicates:
+            findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=enum_facts["path"], line=None,
+                                    message=f"{enum} does not define the family helper {helper}()",
+                                    hint="define it, or remove it from [verify.dispatch] families"))
+    for facts in all_facts:
+        for definition in facts["predicates"].values():
+            wanted = families.get(definition["name"])
+            if wanted is None or (definition["expr"][0] == "const" and definition["class"] != enum_qual):
+                continue  # not a family helper, or a plugin stub's fixed answer
+            truth = {m: _evaluate(definition["expr"], m, predicates) for m in members}
+            owner = definition["class"] or "<module>"
+            if None in truth.values():
+                findings.append(Finding(gate=NAME, severity=Severity.WARNING, file=facts["path"],
+                                        line=definition["line"],
+                                        message=f"{owner}.{definition['name']}() cannot be evaluated statically "
+                                        "per member: "
+                                        f"`{definition['expr'][-1]}`",
+                                        hint="write it as `self in (...)`, `self == X` or in terms of other helpers"))
+                continue
+            true_for = [m for m in members if truth[m]]
+            if set(true_for) != set(wanted):
+                missing, extra = sorted(set(wanted) - set(true_for)), sorted(set(true_for) - set(wanted))
+                what = "; ".join(filter(None, [f"misses {', '.join(missing)}" if missing else "",
+                                                f"also covers {', '.join(extra)}" if extra else ""]))
+                findings.append(Finding(
+                    gate=NAME, severity=Severity.ERROR, file=facts["path"], line=definition["line"],
+                    message=f"family helper {owner}.{definition['name']}() is true for "
+                    f"{', '.join(true_for) or 'no member'}, "
+                    f"but [verify.dispatch] families declares {', '.join(wanted)} ({what})",
+                    hint="every site relying on this helper inherits the difference: fix the definition "
+                    "(or the declaration, if the family really changed)"))
+    return findings
 
 
 def _duplicate_findings(declarations: list[Declaration], decl_rel: str) -> list[Finding]:

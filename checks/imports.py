@@ -21,9 +21,9 @@ from typing import Any
 
 from patchkit import proc
 from patchkit.errors import BadInput, location
-from patchkit.verify.envs import stubs, verify_interpreter
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file
+from patchkit.verify.envs import stubs, verify_interpreter
 
 NAME = "imports"
 DESCRIPTION = "touched modules import on CPU from the patched tree, in the isolated environment"
@@ -86,7 +86,8 @@ def touched_modules(ctx: VerifyContext, source_root: str) -> dict[str, str]:
 
 def static_only_rows(declared: dict[str, str], modules: dict[str, str]) -> list[Finding]:
     """Info rows for declared static-only modules, warnings for declarations that no longer apply."""
-    rows = [Finding(gate=NAME, severity=Severity.INFO, file=modules[m], line=None, message=f"{m}: covered statically, not imported: {reason}")
+    rows = [Finding(gate=NAME, severity=Severity.INFO, file=modules[m], line=None,
+                    message=f"{m}: covered statically, not imported: {reason}")
             for m, reason in sorted(declared.items()) if m in modules]
     rows += [Finding(gate=NAME, severity=Severity.WARNING, file="manifest.toml", line=None,
                      message=f"[verify.imports] static_only declares {m}, which the series does not touch",
@@ -109,7 +110,7 @@ def run_harness(python: str, root: Path, source_root: str, stub_dir: Path | None
     return {"modules": results, "process": status}
 
 
-def location_of(frames: list[list], ctx: VerifyContext, fallback: str) -> tuple[str, int | None]:
+def location_of(frames: list[list[Any]], ctx: VerifyContext, fallback: str) -> tuple[str, int | None]:
     """The deepest frame in a touched file, else in the tree, else the module's own file."""
     root = str(ctx.root.resolve()) + "/"
     in_tree = [(f[len(root):], line) for f, line in frames if f and f.startswith(root)]
@@ -122,7 +123,8 @@ def failure(module: str, rel: str, outcome: dict[str, Any], ctx: VerifyContext) 
     error = outcome.get("error", "")
     hint = ("if it cannot import on CPU, declare it under [verify.imports] static_only with the reason; "
             "if a package is missing, pin it in [verify.env] packages") if "No module named" in error else None
-    return Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line, message=f"import {module} failed: {error}", hint=hint)
+    return Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
+                   message=f"import {module} failed: {error}", hint=hint)
 
 
 def findings_from(harness: dict[str, Any], modules: dict[str, str], ctx: VerifyContext) -> list[Finding]:
@@ -156,7 +158,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
         return rows
     interpreter = verify_interpreter(ctx)
     stub_dir, stub_rows = stubs(ctx, NAME)
-    rows.append(Finding(gate=NAME, severity=Severity.INFO, file="manifest.toml", line=None, message=f"{len(to_import)} module(s) imported: {interpreter.note}"))
+    rows.append(Finding(gate=NAME, severity=Severity.INFO, file="manifest.toml", line=None,
+                        message=f"{len(to_import)} module(s) imported: {interpreter.note}"))
     key = key_of(NAME, interpreter.spec_key, ctx.base_commit, sorted(to_import),
                  {rel: sha256_file(ctx.root / rel) for rel in ctx.touched},
                  hash_files(stub_dir.rglob("*.py")) if stub_dir else None)
@@ -189,7 +192,8 @@ EXAMPLES = (
             files={"python/pkg/__init__.py": "", "python/pkg/gpu_only.py": "import sgl_kernel_not_here\n"},
             passes=False, expect="No module named 'sgl_kernel_not_here'"),
     Example(name="a module that kills the interpreter is reported, not lost",
-            files={"python/pkg/__init__.py": "", "python/pkg/a_ok.py": "X = 1\n", "python/pkg/b_dies.py": "import os\nos._exit(3)\n"},
+            files={"python/pkg/__init__.py": "", "python/pkg/a_ok.py": "X = 1\n",
+             "python/pkg/b_dies.py": "import os\nos._exit(3)\n"},
             passes=False, expect="the import process died while importing it"),
     Example(name="a static_only entry without a reason is refused", files={"python/pkg/__init__.py": ""}, passes=False,
             expect="non-empty reasons", config={"static_only": {"pkg": ""}}),

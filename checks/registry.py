@@ -19,6 +19,7 @@ GATE_MODULES: dict[str, str] = {
     "imports": "patchkit.checks.imports",
     "xref": "patchkit.checks.xref",
     "dispatch": "patchkit.checks.dispatch",
+    "calls": "patchkit.checks.calls",
     "backend": "patchkit.checks.backend",
     "tests": "patchkit.checks.settests",
 }
@@ -44,8 +45,12 @@ class LazyGates(Mapping[str, Gate]):
 
 GATES: Mapping[str, Gate] = LazyGates(GATE_MODULES)
 
+#: Opt-in gates, run after the registered ones only when asked (``patchkit verify --each-prefix``):
+#: a set need not be bisectable to pass, and the check applies the series once per patch.
+EACH_PREFIX: Mapping[str, Gate] = LazyGates({"each-prefix": "patchkit.checks.prefixes"})
+
 if TYPE_CHECKING:  # mypy checks every gate module against the Gate protocol; nothing is imported at run time
-    from patchkit.checks import backend, compile, dispatch, imports, settests, xref
+    from patchkit.checks import backend, calls, compile, dispatch, imports, prefixes, settests, xref
 
     _TYPED: Mapping[str, Gate] = {"compile": compile, "imports": imports, "xref": xref, "dispatch": dispatch,
-                                  "backend": backend, "tests": settests}
+                                  "calls": calls, "backend": backend, "tests": settests, "each-prefix": prefixes}

@@ -19,53 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from patchkit import proc
+from patchkit.checks._probe.runner import python_names
+from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit.errors import BadInput, location
-from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file
+from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
+from patchkit.verify.facts import added_lines
 
 NAME = "tests"
 DESCRIPTION = "the patch set's own tests pass against the patched tree (pytest, CPU)"
 
 DEFAULT_TIMEOUT_S = 900
 
-# Runs in the chosen interpreter: pytest with a collector plugin that writes every failure as JSON.
-_RUNNER = r"""
-import json, sys
-sys.dont_write_bytecode = True
-import pytest
-
-out_path = sys.argv[1]
-failures, counts = [], {"passed": 0, "failed": 0, "skipped": 0}
-
-def describe(report, when):
-    longrepr = report.longrepr
-    crash = getattr(longrepr, "reprcrash", None)
-    entries = getattr(getattr(longrepr, "reprtraceback", None), "reprentries", [])
-    locs = [getattr(e, "reprfileloc", None) for e in entries]
-    return {"nodeid": report.nodeid, "when": when, "location": list(getattr(report, "location", None) or []),
-            "crash": [crash.path, crash.lineno, crash.message] if crash else None,
-            "entries": [[l.path, l.lineno] for l in locs if l is not None],
-            "text": str(longrepr)[-3000:]}
-
-class Collector:
-    def pytest_runtest_logreport(self, report):
-        if report.failed:
-            counts["failed"] += 1
-            failures.append(describe(report, report.when))
-        elif report.skipped and report.when in ("setup", "call"):
-            counts["skipped"] += 1
-        elif report.passed and report.when == "call":
-            counts["passed"] += 1
-
-    def pytest_collectreport(self, report):
-        if report.failed:
-            failures.append(describe(report, "collect"))
-
-code = pytest.main(sys.argv[2:], plugins=[Collector()])
-with open(out_path, "w") as handle:
-    json.dump({"returncode": int(code), "failures": failures, "counts": counts}, handle)
-"""
+RUNNER = Path(__file__).parent / "_tests" / "runner.py"
 
 
 def choose_interpreter(ctx: VerifyContext, config: dict[str, Any]) -> Interpreter:
@@ -73,7 +40,8 @@ def choose_interpreter(ctx: VerifyContext, config: dict[str, Any]) -> Interprete
         raise BadInput(f"[verify.tests] interpreter = {config['interpreter']!r}", hint='use "env" or "current"',
                        location=location("manifest.toml"))
     if config.get("interpreter") == "current" and not os.environ.get("PATCHKIT_VERIFY_PYTHON"):
-        return Interpreter(sys.executable, "ran with the running interpreter ([verify.tests] interpreter = current)", sys.executable)
+        return Interpreter(sys.executable, "ran with the running interpreter ([verify.tests] interpreter = current)",
+                           sys.executable)
     return verify_interpreter(ctx)
 
 
@@ -85,8 +53,11 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def run_pytest(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path | None, config: dict[str, Any]) -> dict[str, Any]:
-    env = {"PATCHKIT_TARGET": str(ctx.root), "PYTHONDONTWRITEBYTECODE": "1"}
+def run_pytest(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path | None, config: dict[str, Any],
+               selection: list[str] | None = None) -> dict[str, Any]:
+    """One pytest run in ``python`` (recording which tree code each test runs); ``selection`` limits
+    it to those node ids (relative to the set directory)."""
+    env = {"PATCHKIT_TARGET": str(ctx.root), "PYTHONDONTWRITEBYTECODE": "1", "PATCHKIT_TRACE_DEPS": "1"}
     if stub_dir:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub_dir), os.environ.get("PYTHONPATH")]))
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
@@ -95,7 +66,8 @@ def run_pytest(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path 
         # an empty config of our own: a checkout's pyproject.toml above the set (its addopts, testpaths) must
         # not decide how the set's tests run
         (Path(tmp) / "pytest.ini").write_text("[pytest]\n")
-        args = [python, "-c", _RUNNER, out, str(tests_dir), "-q", "--tb=short", "-p", "no:cacheprovider",
+        targets = [str(ctx.set_dir / nodeid) for nodeid in selection] if selection is not None else [str(tests_dir)]
+        args = [python, str(RUNNER), out, str(ctx.root), *targets, "-q", "--tb=short", "-p", "no:cacheprovider",
                 "-c", str(Path(tmp) / "pytest.ini"), f"--rootdir={ctx.set_dir}", *config.get("args", [])]
         try:
             done = proc.run(args, check=False, env=env, cwd=ctx.set_dir, timeout=timeout)
@@ -136,25 +108,57 @@ def raised_in_tree(failure: dict[str, Any], root: Path) -> str:
 def failure_finding(failure: dict[str, Any], tests_dir: Path, ctx: VerifyContext) -> Finding:
     file, line = test_line(failure, tests_dir, ctx.set_dir)
     crash = failure.get("crash")
-    what = crash[2].splitlines()[0] if crash and crash[2] else failure["text"].strip().splitlines()[-1:][0] if failure["text"].strip() else ""
+    text = failure["text"].strip()
+    what = crash[2].splitlines()[0] if crash and crash[2] else (text.splitlines()[-1] if text else "")
     verb = "could not be collected" if failure["when"] == "collect" else f"failed ({failure['when']})"
-    return Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line, message=f"{failure['nodeid']} {verb}: {what}{raised_in_tree(failure, ctx.root)}")
+    return Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
+                   message=f"{failure['nodeid']} {verb}: {what}{raised_in_tree(failure, ctx.root)}")
 
 
-def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext) -> list[Finding]:
+def traced_finding(failure: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]]) -> Finding | None:
+    """The deepest frame of a failure's traceback that is a line the series added, as its own finding:
+    the symptom is the test, the cause is most likely there."""
+    frames = [(resolve(p, ctx.set_dir).resolve(), line) for p, line in failure.get("entries", [])]
+    crash = failure.get("crash")
+    if crash:
+        frames.append((resolve(str(crash[0]), ctx.set_dir).resolve(), crash[1]))
+    prefix = str(ctx.root.resolve()) + "/"
+    inside = [(str(p)[len(prefix):], line) for p, line in frames if str(p).startswith(prefix)]
+    hits = [(rel, line) for rel, line in inside if line in added.get(rel, frozenset())]
+    if not hits:
+        return None
+    rel, line = hits[-1]
+    what = crash[2].splitlines()[0] if crash and crash[2] else ""
+    return Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=line,
+                   message=f"set test {failure['nodeid']} fails through this added line: {what}",
+                   hint="the test's own finding shows its assertion; the error passed through here")
+
+
+def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext,
+                  added: dict[str, frozenset[int]] | None = None) -> list[Finding]:
     code = outcome["returncode"]
     findings = [failure_finding(f, tests_dir, ctx) for f in outcome["failures"]]
+    if added:
+        traced = (traced_finding(f, ctx, added) for f in outcome["failures"])
+        findings += list({(f.file, f.line): f for f in traced if f is not None}.values())
     shown = display_path(tests_dir)
     if code == 5:
-        findings.append(Finding(gate=NAME, severity=Severity.WARNING, file=shown, line=None, message="pytest collected no tests", hint="add tests or remove the folder"))
+        findings.append(Finding(gate=NAME, severity=Severity.WARNING, file=shown, line=None,
+                                message="pytest collected no tests",
+                                hint="add tests or remove the folder"))
     elif code not in (0, 1) and not findings:
-        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=shown, line=None, message=f"pytest did not complete (exit {code}): {outcome['tail'][-800:]}"))
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=shown, line=None,
+                                message=f"pytest did not complete (exit {code}): {outcome['tail'][-800:]}"))
     elif code == 1 and not findings:
-        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=shown, line=None, message=f"pytest failed without a test report: {outcome['tail'][-800:]}"))
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=shown, line=None,
+                                message=f"pytest failed without a test report: {outcome['tail'][-800:]}"))
     counts = outcome.get("counts") or {}
     if counts:
+        reuse = (f" ({outcome['rerun']} rerun, {outcome['reused']} reused: they ran no code that changed)"
+                 if "reused" in outcome else "")
         findings.append(Finding(gate=NAME, severity=Severity.INFO, file=shown, line=None,
-                                message=f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped"))
+                                message=f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
+                                f"{counts.get('skipped', 0)} skipped{reuse}"))
     return findings
 
 
@@ -163,39 +167,74 @@ def run(ctx: VerifyContext) -> list[Finding]:
     tests_dir = ctx.set_dir / str(config.get("path", "tests"))
     if not tests_dir.is_dir():
         return [Finding(gate=NAME, severity=Severity.WARNING, file=display_path(tests_dir), line=None,
-                        message="the patch set has no tests folder: nothing was run", hint="add the set's tests under tests/")]
+                        message="the patch set has no tests folder: nothing was run",
+                        hint="add the set's tests under tests/")]
     interpreter = choose_interpreter(ctx, config)
     stub_dir, stub_rows = stubs(ctx, NAME)
-    key = key_of(NAME, interpreter.spec_key, ctx.base_commit, config,
-                 {rel: sha256_file(ctx.root / rel) for rel in ctx.touched},
-                 hash_files((p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts), tests_dir),
-                 hash_files(stub_dir.rglob("*.py")) if stub_dir else None)
+    suite = key_of(NAME, interpreter.spec_key, config, RUNNER.read_text(),
+                   hash_files((p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts),
+                              tests_dir),
+                   hash_files(stub_dir.rglob("*.py")) if stub_dir else None,
+                   python_names(ctx.root, str(ctx.manifest.verify.get("source_root", "python"))))
+    key = key_of(suite, ctx.base_commit, {rel: sha256_file(ctx.root / rel) for rel in ctx.touched})
     cache = ResultCache(ctx.cache_dir, NAME)
     outcome = cache.get(key)
     if outcome is None:
-        outcome = run_pytest(interpreter.python, tests_dir, ctx, stub_dir, config)
+        store = SnapshotStore(ctx.cache_dir, suite)
+        outcome = _run_with_impact(interpreter.python, tests_dir, ctx, stub_dir, config, store)
         if outcome["returncode"] in (0, 1, 5):
-            cache.put(key, outcome)
-    note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests_dir), line=None, message=f"set tests {interpreter.note}")
-    return [note, *stub_rows, *findings_from(outcome, tests_dir, ctx)]
+            cache.put(key, {k: v for k, v in outcome.items() if k not in ("deps", "tests")})
+    note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests_dir), line=None,
+                   message=f"set tests {interpreter.note}")
+    added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")])
+    return [note, *stub_rows, *findings_from(outcome, tests_dir, ctx, added)]
+
+
+def _run_with_impact(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path | None,
+                     config: dict[str, Any], store: SnapshotStore) -> dict[str, Any]:
+    """Rerun only the tests that ran changed code since a recorded run of the same suite (all of them
+    when nothing is recorded, or module-level code changed), and merge the rest from the record."""
+    found = store.best(ctx.root) if config.get("impact", True) else None
+    if found is None:
+        outcome = run_pytest(python, tests_dir, ctx, stub_dir, config)
+        snapshot = Snapshot.record(ctx.root, outcome) if outcome.get("returncode") in (0, 1) else None
+        if snapshot is not None:
+            store.add(snapshot)
+        return outcome
+    previous, affected = found
+    if not affected:
+        merged = previous.merged({"tests": {}}, ctx.root)
+        return merged
+    fresh = run_pytest(python, tests_dir, ctx, stub_dir, config, affected)
+    if fresh.get("returncode") not in (0, 1) or not fresh.get("tests"):
+        return run_pytest(python, tests_dir, ctx, stub_dir, config)  # something odd: run everything
+    merged = previous.merged(fresh, ctx.root)
+    recorded = Snapshot.record(ctx.root, fresh)
+    if recorded is not None:
+        store.add(rebased(ctx.root, previous, recorded))
+    return merged
 
 
 _FIND_TREE = "import os, sys\nsys.path.insert(0, os.path.join(os.environ['PATCHKIT_TARGET'], 'python'))\n"
+_TEST_ADD = _FIND_TREE + "from pkg.algo import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+_TEST_FIRST = _FIND_TREE + "from pkg.algo import first\n\n\ndef test_first():\n    assert first([7]) == 7\n"
 
 EXAMPLES = (
-    Example(name="set tests pass", files={"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a + b\n",
-                               "@set/tests/test_algo.py": _FIND_TREE + "from pkg.algo import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+    Example(name="set tests pass",
+            files={"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a + b\n",
+                               "@set/tests/test_algo.py": _TEST_ADD},
             passes=True, expect="1 passed, 0 failed"),
     Example(name="an algorithm bug only the tests see",
             files={"python/pkg/__init__.py": "", "python/pkg/algo.py": "def add(a, b):\n    return a - b\n",
-             "@set/tests/test_algo.py": _FIND_TREE + "from pkg.algo import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"},
+             "@set/tests/test_algo.py": _TEST_ADD},
             passes=False, expect="test_algo.py::test_add failed (call)"),
     Example(name="an error raised in the tree is located",
             files={"python/pkg/__init__.py": "", "python/pkg/algo.py": "def first(xs):\n    return xs[1]\n",
-             "@set/tests/test_algo.py": _FIND_TREE + "from pkg.algo import first\n\n\ndef test_first():\n    assert first([7]) == 7\n"},
+             "@set/tests/test_algo.py": _TEST_FIRST},
             passes=False, expect="raised at python/pkg/algo.py:2"),
     Example(name="a test module that cannot be collected",
             files={"python/pkg/__init__.py": "", "@set/tests/test_algo.py": _FIND_TREE + "from pkg.nothing import x\n"},
             passes=False, expect="could not be collected"),
-    Example(name="a set without tests is reported", files={"python/pkg/__init__.py": ""}, passes=False, expect="no tests folder"),
+    Example(name="a set without tests is reported", files={"python/pkg/__init__.py": ""}, passes=False,
+            expect="no tests folder"),
 )

@@ -15,6 +15,11 @@ Findings (errors):
   a class with ``__getattr__`` is only flagged when no indexed class assigns the attribute either;
 - a family class imported but never instantiated or subclassed, a family function never called.
 
+On the lines the series adds, names outside the family are checked too (``checks/_xref/names.py``):
+``self.X`` reads resolve in the class, its bases or its declared dynamic source
+(``[verify.xref] dynamic``), attributes on values of a known type are fields of that type, and a
+method without ``@property`` used as a value is reported at its ``def``.
+
 :func:`symbol_table` returns where each family symbol is defined, imported and used.
 """
 
@@ -27,8 +32,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from patchkit.checks._xref.model import Model, Ref, bind_problems
+from patchkit.checks._xref.names import AddedCodeRules
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import PyIndex, module_name, prefilter, python_files, scan, settings_from_manifest
+from patchkit.verify.facts import (
+    PyIndex,
+    added_lines,
+    module_name,
+    prefilter,
+    python_files,
+    scan,
+    settings_from_manifest,
+)
 
 NAME = "xref"
 DESCRIPTION = "imports, attributes, calls and self attributes of the symbol family resolve and fit"
@@ -66,13 +80,14 @@ class _Run:
     set_facts: list[dict[str, Any]]  # the set's own tests: their uses count, they are not checked
 
     def add(self, file: str, line: int | None, message: str, hint: str | None = None) -> None:
-        self.findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line, message=message, hint=hint))
+        self.findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line, message=message,
+                                     hint=hint))
 
 
 def _build(ctx: VerifyContext) -> _Run:
     settings = settings_from_manifest(ctx.manifest)
     index = PyIndex(ctx.root, settings, ctx.cache_dir)
-    tree_scan = scan(ctx.root, settings)
+    tree_scan = scan(ctx.root, settings, ctx.cache_dir)
     all_files, family_files = tree_scan.files, tree_scan.family
     touched = [t for t in ctx.touched if t.endswith(".py") and (ctx.root / t).is_file()
                and t.startswith(settings.source_root + "/")]
@@ -106,7 +121,9 @@ def run(ctx: VerifyContext) -> list[Finding]:
         _check_attributes(state, facts)
         _check_calls(state, facts)
         _check_self_reads(state, facts)
-    _check_unused(state)
+    _check_added_code(state)
+    if ctx.gate_config(NAME).get("check_unused", True):
+        _check_unused(state)
     symbols = _symbols(state)
     state.findings.append(
         Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
@@ -199,8 +216,23 @@ def _check_calls(state: _Run, facts: dict[str, Any]) -> None:
         if params is None:
             continue
         for problem in bind_problems(params, call["npos"], call["kw"], call["star"], call["dstar"]):
-            state.add(facts["path"], call["line"], f"call to {ref.qualname}(): {problem}",
+            keyword = re.search(r"argument '(\w+)'$", problem)  # at the offending keyword's own line
+            line = call.get("kw_lines", {}).get(keyword.group(1), call["line"]) if keyword else call["line"]
+            state.add(facts["path"], line, f"call to {ref.qualname}(): {problem}",
                       f"compare with the signature of {ref.qualname} in {ref.module}")
+
+
+def _check_added_code(state: _Run) -> None:
+    """The rules for names outside the family, on the lines the series adds (checks/_xref/names.py)."""
+    touched = set(state.ctx.touched)
+    mine = [facts for facts in state.facts if facts["path"] in touched]
+    added = added_lines(state.ctx.root, [facts["path"] for facts in mine])
+    rules = AddedCodeRules(state.model, state.ctx.gate_config(NAME), state.family.search)
+    for facts in mine:
+        lines = added.get(facts["path"])
+        if lines:
+            for problem in rules.check(facts, lines):
+                state.add(problem.file, problem.line, problem.message, problem.hint)
 
 
 def _assigned_anywhere(state: _Run) -> set[str]:
@@ -321,7 +353,7 @@ def _symbols(state: _Run) -> list[Symbol]:
     ]
 
 
-def _definitions(facts, fam, kinds, defined) -> None:
+def _definitions(facts: dict[str, Any], fam: Any, kinds: dict[str, set[str]], defined: dict[str, list[Place]]) -> None:
     path = facts["path"]
     for qual, cls in facts["classes"].items():
         if fam(cls["name"]):
@@ -420,7 +452,8 @@ EXAMPLES = (
              .replace("tree = build", "DDTreeGone\n            tree = build"), "neither defines nor re-exports"),
     _example("missing enum member", _USER_SRC.replace("Algo.DDTREE", "Algo.DDTREE_V2"), "has no enum member"),
     _example("wrong keyword", _USER_SRC.replace("depth_bonus=0.5", "depth_bonsu=0.5"), "unexpected keyword"),
-    _example("too many positionals to a dataclass", _USER_SRC.replace("budget=self.ddtree_budget", "self.ddtree_budget, [], 1"),
+    _example("too many positionals to a dataclass",
+             _USER_SRC.replace("budget=self.ddtree_budget", "self.ddtree_budget, [], 1"),
              "positional"),
     _example("unassigned self attribute", _USER_SRC.replace("(self.ddtree_budget, topk", "(self.ddtree_budgt, topk"),
              "never assigned"),

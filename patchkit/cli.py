@@ -278,21 +278,24 @@ def port_cmd(set_dir: Path | None, to_version: str | None, to_git: str | None, f
               help="Also write a JUnit XML report (one testsuite per gate) to FILE (checked before the gates run).")
 @click.option("--allow-drift", is_flag=True,
               help="Verify a target that is not exactly the set applied (hand edits, a partial series), saying so.")
+@click.option("--each-prefix", is_flag=True,
+              help="Also check that every prefix of the series applies, compiles, imports and cross-references.")
 @output_options
 def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], junit: Path | None,
-           allow_drift: bool, output: Output) -> None:
+           allow_drift: bool, each_prefix: bool, output: Output) -> None:
     """Run the verification gates on a patched tree.
 
     First states whether the target is exactly the set applied; then runs every gate (or those named
     with --gate), showing each as it finishes.
     """
-    from patchkit.checks.registry import GATES  # the only import of checks/ in patchkit
+    from patchkit.checks.registry import EACH_PREFIX, GATES  # the only import of checks/ in patchkit
     from patchkit.render.verify import VerifyView
     from patchkit.verify.run import verify as run_verify
 
     def core() -> CommandResult:
         with VerifyView(output.progress) as view:
-            return run_verify(set_dir, target, gates, junit, registry=GATES, on_gate=view, allow_drift=allow_drift)
+            return run_verify(set_dir, target, gates, junit, registry=GATES, on_gate=view, allow_drift=allow_drift,
+                              extra=EACH_PREFIX if each_prefix else None)
 
     run_command("verify", output, core)
 

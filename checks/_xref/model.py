@@ -267,6 +267,7 @@ class Model:
         keyword_only: dict[str, list[Any]] = {}
         for cls_ref in chain:
             info = self.class_facts(cls_ref)
+            assert info is not None  # the chain holds only classes with facts
             kw_all = bool(info["dataclass"].get("kw_only"))
             after_sentinel = False
             for f in info["fields"]:

@@ -130,14 +130,20 @@ def select_gates(registered: Iterable[str], wanted: Sequence[str]) -> list[str]:
 
 
 def run_gates(ctx: VerifyContext, registry: Mapping[str, Gate], wanted: Sequence[str] = (),
-              progress: GateProgress | None = None) -> tuple[GateRun, ...]:
-    """Run the selected gates of ``registry`` in order, every one of them, reporting each to ``progress``."""
+              progress: GateProgress | None = None, extra: Mapping[str, Gate] | None = None) -> tuple[GateRun, ...]:
+    """Run the selected gates of ``registry`` in order, every one of them, then each of ``extra``
+    (opt-in gates such as ``--each-prefix``), reporting each to ``progress``."""
     progress = progress or _Silent()
-    names = select_gates(registry, wanted)
+    extra = extra or {}
+    names = select_gates(registry, wanted) + list(extra)
+
+    def load(name: str) -> Gate:
+        return extra[name] if name in extra else registry[name]
+
     runs = []
     for index, name in enumerate(names, 1):
         progress.started(name, index, len(names))
-        run = run_gate(name, registry.__getitem__, ctx)
+        run = run_gate(name, load, ctx)
         progress.finished(run, index, len(names))
         runs.append(run)
     return tuple(runs)
@@ -180,8 +186,9 @@ def build_context(set_dir: Path | None, target: Path | None,
 
 def verify(set_dir: Path | None = None, target: Path | None = None, gates: Sequence[str] = (),
            junit: Path | None = None, *, registry: Mapping[str, Gate], on_gate: GateProgress | None = None,
-           allow_drift: bool = False) -> VerifyResult:
-    """The core of ``patchkit verify``: check the target, run the selected gates, write the JUnit report."""
+           allow_drift: bool = False, extra: Mapping[str, Gate] | None = None) -> VerifyResult:
+    """The core of ``patchkit verify``: check the target, run the selected gates (then the opt-in
+    ``extra`` ones, e.g. checks/prefixes.py for ``--each-prefix``), write the JUnit report."""
     start = time.perf_counter()
     select_gates(registry, gates)  # refuse unknown names before any work
     if junit:
@@ -189,7 +196,7 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
     on_gate = on_gate or _Silent()
     ctx = build_context(set_dir, target, on_gate.note)
     target_check = check_target(ctx, allow_drift=allow_drift)
-    runs = run_gates(ctx, registry, gates, on_gate)
+    runs = run_gates(ctx, registry, gates, on_gate, extra)
     ok = all(run.status == "pass" for run in runs)
     result = VerifyResult(command="verify", ok=ok, target=str(ctx.root), set_dir=str(ctx.set_dir),
                           target_check=target_check, touched=ctx.touched, gates=runs,

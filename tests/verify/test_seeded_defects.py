@@ -1,39 +1,34 @@
-"""The seeded-defect suite: proof that each gate catches the defect class it exists for.
+"""The seeded-defect suite: proof that each gate catches the defect class it exists for, at the line.
 
-For every row of ``DEFECTS``: copy ``ddtree_patches/v1``, edit ONE added line of one patch
-(``old`` -> ``new``, same line count), ``patchkit lock`` the copy, apply it to a fresh clone of the
-pinned base, run ``patchkit verify --gate <gate> --json`` and require that gate to fail with an
-error finding naming the expected file and line. The clean set must pass every gate with no error
-or warning finding.
+For every row of ``DEFECTS``: edit ONE added line of one v1 patch (``old`` -> ``new``, same line
+count), realise the edited set's file in a shared tree with v1 applied (``corpus/seeding.py``: the
+file is rebuilt from the base through every patch that touches it, the edited one included, so it is
+byte-for-byte what ``patchkit apply`` of the edited set writes), run the row's gate in process and
+require an error finding naming the expected file and line, with the row's message fragment. The
+clean set must pass every gate with no error or warning finding.
 
-Everything goes through the real CLI (``python -m patchkit ...``). The whole module is skipped while
-``ddtree_patches/v1/manifest.toml`` does not exist; a row whose edit is not filled in yet is skipped
-with that reason. To fill a row: pick an added line in a patch, keep the edit on that one line.
+Speed (issue 12): one patchkit home, base and applied tree for the session; gates run in process; the
+``tests`` row runs the one set test that catches its defect. Every row is marked ``slow`` (the fast
+suite stays fast; .ci/run runs ``pytest -m slow`` after it): the static gates' rows (compile, xref,
+dispatch) need no environment but fetch the base and apply v1, the rest and the clean run of every
+gate need the pinned verify environment.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import git
 import pytest
-from tests.verify.verify_helpers import REPO
+from tests.verify.corpus.fixtures import V1, clean_tree, context, patchkit, pristine_base, run_one, seeded_home  # noqa: F401
+from tests.verify.corpus.seeding import Edit, realise, seeded
 
-V1 = REPO / "ddtree_patches" / "v1"
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not (V1 / "manifest.toml").is_file(),
-                       reason="ddtree_patches/v1/manifest.toml is absent: the real v1 set has not landed yet"),
-]
+pytestmark = pytest.mark.skipif(not (V1 / "manifest.toml").is_file(), reason="ddtree_patches/v1 is absent")
 
 EDITED = "edited"  # `where`: the finding must name the edited file and the edited line
+STATIC = ("compile", "xref", "dispatch")
 
 
 @dataclass(frozen=True)
@@ -42,189 +37,184 @@ class Defect:
 
     name: str
     gate: str
-    patch: str | None = None  # glob of the patch file inside the set, e.g. "0003-*.patch"
-    old: str | None = None  # text on exactly one added ("+") line of that patch
-    new: str | None = None  # its replacement (no newline: line numbers stay put)
-    where: str = EDITED  # EDITED, or a path glob (tree-relative, or set-relative for the tests and backend gates)
-    anchor: str | None = None  # with a path `where`: the set file's line holding this text is the one meant
-    start: str | None = None  # the finding names the statement holding that line: its last line above with this text
-    message: str = ""  # a fragment the catching finding's message must contain
+    patch: str  # glob of the patch file inside the set, e.g. "0003-*.patch"
+    old: str  # text on exactly one added ("+") line of that patch (or the `occurrence`-th)
+    new: str  # its replacement (no newline: line numbers stay put)
+    message: str  # a fragment the catching finding's message must contain
+    where: str = EDITED  # EDITED, or a set-relative file (the finding is there, at `anchor`'s line)
+    anchor: str | None = None  # with a file `where`: the text on the line meant
+    line_offset: int = 0  # the finding names the edited line + this (a def below its lost decorator)
+    occurrence: int | None = None
+    config: dict[str, dict[str, Any]] = field(default_factory=dict)  # [verify.<gate>] overrides
 
     @property
-    def ready(self) -> bool:
-        return None not in (self.patch, self.old, self.new)
+    def edit(self) -> Edit:
+        return Edit(self.name, self.patch, self.old, self.new, self.occurrence, self.gate)
 
 
-# One row per defect class of issue 4; rows without patch/old/new are skipped with a reason.
+# One row per defect class: issue 4's ten, then issue 16's at new sites.
 DEFECTS = (
     Defect("syntax error", "compile", "0002-*.patch", "    DDTREE_VERIFY = auto()", "    DDTREE_VERIFY = auto(",
-           message="does not compile on Python 3.11: SyntaxError: '(' was never closed"),
+           "does not compile on Python 3.11: SyntaxError: '(' was never closed"),
     # ddtree_info imports a helper that ddtree_utils does not define
     Defect("phantom import", "xref", "0008-*.patch", "    ddtree_follow_verified,", "    ddtree_follow_verified_path,",
-           message="ddtree_utils neither defines nor re-exports ddtree_follow_verified_path"),
+           "ddtree_utils neither defines nor re-exports ddtree_follow_verified_path"),
     # the warmup's DDTreeVerifyInput(...) in the CUDA graph runner passes a keyword the dataclass lacks
     Defect("wrong keyword", "xref", "0005-*.patch", "custom_mask=self.buffers.custom_mask,",
-           "custom_masks=self.buffers.custom_mask,", start="spec_info = DDTreeVerifyInput(",
-           message="call to DDTreeVerifyInput(): got an unexpected keyword argument 'custom_masks'"),
+           "custom_masks=self.buffers.custom_mask,",
+           "call to DDTreeVerifyInput(): got an unexpected keyword argument 'custom_masks'"),
     Defect("missing enum member", "xref", "0002-*.patch", "SpecInputType.DDTREE_VERIFY,", "SpecInputType.DDTREE_VERIFYX,",
-           message="SpecInputType has no enum member DDTREE_VERIFYX"),
+           "SpecInputType has no enum member DDTREE_VERIFYX"),
     # DFlashWorker logs a misspelled attribute that __init__ never assigns
     Defect("unassigned self attribute", "xref", "0009-*.patch", "self.ddtree_budget + 1,", "self.ddtree_budgt + 1,",
-           message="self.ddtree_budgt is read in DFlashWorker but never assigned"),
+           "self.ddtree_budgt is read in DFlashWorker but never assigned"),
     # the verify input is defined under a name that no caller constructs
     Defect("never-instantiated class", "xref", "0008-*.patch", "class DDTreeVerifyInput(SpecInput):",
-           "class DDTreeVerifyInputs(SpecInput):",
-           message="family class DDTreeVerifyInputs is defined but never instantiated"),
+           "class DDTreeVerifyInputs(SpecInput):", "family class DDTreeVerifyInputs is defined but never instantiated"),
     # the scheduler's per-request DFlash validation stops covering DDTREE
     Defect("dispatch site loses its DDTREE branch", "dispatch", "0006-*.patch",
            "        if self.spec_algorithm.is_dflash_family():", "        if self.spec_algorithm.is_dflash():",
-           message="undeclared dispatch site in Scheduler.handle_generate_request: `self.spec_algorithm.is_dflash()`"),
-    # DDTREE's default backend on a FlashInfer host turns into fa3, which drops the tree mask at topk 1 and is
-    # refused by the tree's own DDTREE backend check: every default case on such a host stops resolving
+           "undeclared dispatch site in Scheduler.handle_generate_request: `self.spec_algorithm.is_dflash()`"),
+    # DDTREE's default backend on a FlashInfer host turns into fa3, which the tree's own DDTREE check
+    # refuses: every default case on such a host stops resolving; the case row names the expectation
+    # and a second finding names the added line it traces back to (the edited one)
     Defect("backend choice ignores the tree mask", "backend", "0003-*.patch",
            '            return "flashinfer"', '            return "fa3"',
-           where="expectations/backend.toml", anchor='name = "hopper-fi-default"', start="[[case]]",
-           message="attention backend 'fa3' does not apply the tree mask"),
+           "backend case failure traces back to this added line"),
     Defect("algorithm bug only the set's tests see", "tests", "0001-*.patch",
-           "return torch.cumsum(x, dim=-1) - x", "return torch.cumsum(x, dim=-1)", where="tests/*.py"),
+           "return torch.cumsum(x, dim=-1) - x", "return torch.cumsum(x, dim=-1)", "failed (call)",
+           where="tests/test_tree_builder.py", config={"tests": {"path": "tests/test_tree_builder.py"}}),
     Defect("runtime import error", "imports", "0001-*.patch", "DDTREE_GREEDY_TEMPERATURE = 1e-5",
-           "DDTREE_GREEDY_TEMPERATURE = 1e-5 / 0", message="ddtree_utils failed: ZeroDivisionError"),
+           "DDTREE_GREEDY_TEMPERATURE = 1e-5 / 0", "ddtree_utils failed: ZeroDivisionError"),
+    # ---- issue 16, class 1: the definition behind every family site, and membership collections
+    Defect("family helper stops covering DFLASH", "dispatch", "0002-*.patch",
+           "return self in (SpeculativeAlgorithm.DFLASH, SpeculativeAlgorithm.DDTREE)",
+           "return self in (SpeculativeAlgorithm.DDTREE,)",
+           "family helper SpeculativeAlgorithm.is_dflash_family() is true for DDTREE, but [verify.dispatch] families"),
+    Defect("reserved names list DDTREE twice", "dispatch", "0002-*.patch", '"NONE",', '"DDTREE",',
+           '`"DDTREE"` is listed twice in the dispatch site <module>'),
+    # ---- class 2: the CUDA-graph capture path, called on CPU
+    Defect("capture takes topk 1 instead of the server's", "calls", "0005-*.patch",
+           "topk=self.model_runner.server_args.speculative_eagle_topk,", "topk=1,", "`result.topk == 8` is false"),
+    Defect("replay guard never fires", "calls", "0005-*.patch", "            self.is_ddtree_target_verify\n",
+           "            not self.is_ddtree_target_verify\n", "expected an error containing 'requires the tree custom_mask'"),
+    # ---- class 3: the command line
+    Defect("flag stores into a field that does not exist", "backend", "0003-*.patch",
+           '"--speculative-ddtree-budget",', '"--speculative-ddtree-budgets",',
+           "--speculative-ddtree-budgets stores into args.speculative_ddtree_budgets, which is not a ServerArgs field"),
+    # ---- class 4: backend cases written by hand; the generated matrix has the decode-only choices
+    Defect("decode refusal names the prefill flag", "backend", "0003-*.patch", '"--decode-attention-backend",',
+           '"--prefill-attention-backend",', "refused, but the error names neither --decode-attention-backend",
+           where="expectations/backend.toml", anchor="[matrix]"),
+    # ---- class 5: request gates
+    Defect("logprob gate lets the request through", "calls", "0006-*.patch",
+           'return f"{algorithm} speculative decoding does not support return_logprob yet."', "return None",
+           "a DDTREE request with return_logprob is refused"),
+    # ---- class 6: names outside the DDTree family
+    Defect("self attribute no class defines", "xref", "0005-*.patch",
+           "draft_token_num=self.speculative_num_draft_tokens,", "draft_token_num=self.speculative_num_draft_token,",
+           "self.speculative_num_draft_token is read in CudaGraphRunner, but neither CudaGraphRunner nor its bases"),
+    Defect("misspelt field of a typed parameter", "xref", "0009-*.patch",
+           "topk_cap = server_args.speculative_ddtree_topk_cap", "topk_cap = server_args.speculative_ddtree_topkcap",
+           "`server_args.speculative_ddtree_topkcap` reads speculative_ddtree_topkcap, which ServerArgs"),
+    # ---- class 7: precision
+    Defect("dropped @property", "xref", "0001-*.patch", "    @property", "", "max_depth() is a method without @property",
+           occurrence=3, line_offset=1),
+    Defect("set test fails through an added line", "tests", "0008-*.patch",
+           "tree.node_token_ids.to(torch.int64),", "tree.node_tokens.to(torch.int64),",
+           "fails through this added line", config={"tests": {"path": "tests/integration/test_ddtree_info.py"}}),
 )
 
-#: An existing folder of verify environments to reuse (creating the pinned CPU env takes minutes).
-SHARED_ENVS = os.environ.get("PATCHKIT_SEEDED_ENV_DIR")
+
+def _ids(rows: tuple[Defect, ...]) -> list[str]:
+    return [row.name for row in rows]
 
 
-# ---------------------------------------------------------------- the CLI steps (adjust here if the core's CLI differs)
-
-
-def patchkit(*args: object, home: Path, check_codes: tuple[int, ...] | None = (0,)) -> subprocess.CompletedProcess:
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PATCHKIT_HOME": str(home), "PYTHONPATH": pythonpath}
-    done = subprocess.run([sys.executable, "-m", "patchkit", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=1800)
-    if check_codes is not None:
-        assert done.returncode in check_codes, f"patchkit {args[0]} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done
-
-
-def fetch_base(set_dir: Path, dest: Path, home: Path) -> None:
-    patchkit("base", "fetch", "--set", set_dir, "--dest", dest, home=home)
-
-
-def lock(set_dir: Path, home: Path, base: Path) -> None:
-    patchkit("lock", "--set", set_dir, "--base", base, home=home)
-
-
-def apply(set_dir: Path, target: Path, home: Path) -> None:
-    patchkit("apply", "--set", set_dir, "--target", target, home=home)
-
-
-def verify(set_dir: Path, target: Path, home: Path, gates: tuple[str, ...] = ()) -> tuple[int, dict]:
-    selected = [arg for gate in gates for arg in ("--gate", gate)]
-    # --allow-drift: a seeded edit can turn a + line into its own - line, so git commits a smaller change
-    # than the patch text and status calls that commit DIFFERS; the tree is still the edited set's post-image
-    done = patchkit("verify", "--set", set_dir, "--target", target, *selected, "--json", "--allow-drift", home=home,
-                    check_codes=None)
-    return done.returncode, json.loads(done.stdout)
-
-
-# ---------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="session")
-def seeded_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One PATCHKIT_HOME for the suite: the verify environment and the base are built once."""
-    home = tmp_path_factory.mktemp("seeded-home")
-    if SHARED_ENVS:
-        (home / "envs").symlink_to(Path(SHARED_ENVS).resolve())
-    return home
-
-
-@pytest.fixture(scope="session")
-def pristine_base(seeded_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("seeded-base") / "tree"
-    fetch_base(V1, base, seeded_home)
-    return base
-
-
-def fresh_tree(pristine: Path, dest: Path) -> Path:
-    git.Repo(pristine).clone(dest)
-    return dest
-
-
-def seeded_set(defect: Defect, dest: Path) -> tuple[Path, str, str]:
-    """A copy of v1 with the defect's edit; returns the set, the edited tree file and the new line's text."""
-    shutil.copytree(V1, dest)
-    matches = sorted(dest.glob(defect.patch))
-    assert len(matches) == 1, f"{defect.patch!r} matches {len(matches)} patches in v1"
-    patch = matches[0]
-    lines = patch.read_text().splitlines(keepends=True)
-    current_file, hits = None, []
-    for index, line in enumerate(lines):
-        if line.startswith("+++ "):
-            current_file = line[4:].strip().removeprefix("b/")
-        elif line.startswith("+") and defect.old in line:
-            hits.append((index, current_file))
-    assert len(hits) == 1, f"{defect.old!r} is on {len(hits)} added lines of {patch.name}; make it unique"
-    index, tree_file = hits[0]
-    lines[index] = lines[index].replace(defect.old, defect.new)
-    patch.write_text("".join(lines))
-    return dest, tree_file, lines[index][1:].rstrip("\n")
-
-
-def line_of(path: Path, text: str) -> int:
-    numbers = [n for n, line in enumerate(path.read_text().splitlines(), 1) if line == text]
-    assert len(numbers) == 1, f"the edited line occurs {len(numbers)} times in {path}"
-    return numbers[0]
-
-
-def located(path: Path, line: int, start: str | None) -> int:
-    """``line``, or with ``start`` the last line at or above it holding ``start`` (a multi-line statement's first)."""
-    if start is None:
-        return line
-    head = path.read_text().splitlines()[:line]
-    return max(n for n, text in enumerate(head, 1) if start in text)
-
-
-def anchored_line(path: Path, anchor: str) -> int:
-    numbers = [n for n, line in enumerate(path.read_text().splitlines(), 1) if anchor in line]
-    assert len(numbers) == 1, f"{anchor!r} occurs on {len(numbers)} lines of {path}"
-    return numbers[0]
-
-
-# ---------------------------------------------------------------- tests
-
-
-def test_clean_v1_passes_every_gate(pristine_base, seeded_home, tmp_path):
-    tree = fresh_tree(pristine_base, tmp_path / "tree")
-    apply(V1, tree, seeded_home)
-    code, doc = verify(V1, tree, seeded_home)
-    blocking = [f for g in doc["result"]["gates"] for f in g["findings"] if f["severity"] in ("error", "warning")]
-    crashed = [g["gate"] for g in doc["result"]["gates"] if g["status"] == "crash"]
-    assert (code, blocking, crashed) == (0, [], []), json.dumps(doc, indent=1)[-6000:]
-
-
-@pytest.mark.parametrize("defect", DEFECTS, ids=[d.name for d in DEFECTS])
-def test_seeded_defect_is_caught_by_its_gate(defect, pristine_base, seeded_home, tmp_path):
-    if not defect.ready:
-        pytest.skip(f"seeded edit for {defect.name!r} is not filled in yet (DEFECTS table)")
-    set_dir, tree_file, new_line = seeded_set(defect, tmp_path / "set")
-    lock(set_dir, seeded_home, pristine_base)
-    tree = fresh_tree(pristine_base, tmp_path / "tree")
-    apply(set_dir, tree, seeded_home)
-    code, doc = verify(set_dir, tree, seeded_home, (defect.gate,))
-    (run,) = doc["result"]["gates"]
-    errors = [f for f in run["findings"] if f["severity"] == "error"]
-    assert code == 1 and run["status"] == "fail" and errors, json.dumps(doc, indent=1)[-4000:]
+def expected_place(defect: Defect, tree_file: str, line: int) -> tuple[str, int]:
     if defect.where == EDITED:
-        expected = (tree_file, located(tree / tree_file, line_of(tree / tree_file, new_line), defect.start))
-        caught = [f for f in errors if (f["file"], f["line"]) == expected]
-    elif defect.anchor:
-        where = set_dir / defect.where
-        expected = (defect.where, located(where, anchored_line(where, defect.anchor), defect.start))
-        caught = [f for f in errors if (f["file"], f["line"]) == expected]
+        return tree_file, line + defect.line_offset
+    path = V1 / defect.where
+    if defect.anchor is None:
+        return defect.where, 0  # any line of that file
+    numbers = [n for n, text in enumerate(path.read_text().splitlines(), 1) if text.strip() == defect.anchor
+               or defect.anchor in text]
+    assert len(numbers) == 1, f"{defect.anchor!r} occurs on {len(numbers)} lines of {path}"
+    return defect.where, numbers[0]
+
+
+def check_row(defect: Defect, tree: Path, home: Path) -> None:
+    seed = realise(V1, tree, defect.edit)
+    with seeded(tree, seed):
+        run = run_one(context(tree, home, defect.config), defect.gate)
+    assert run.status == "fail", (run.status, run.traceback, run.findings)
+    errors = [f for f in run.findings if f.severity.value == "error"]
+    file, line = expected_place(defect, seed.file, seed.line)
+    if line:
+        caught = [f for f in errors if (f.file, f.line) == (file, line)]
     else:
-        expected = defect.where
-        caught = [f for f in errors if Path(f["file"]).match(defect.where) and f["line"]]
-    assert any(defect.message in f["message"] for f in caught), (expected, defect.message, errors)
+        caught = [f for f in errors if Path(f.file).match(file) and f.line]
+    assert any(defect.message in f.message for f in caught), ((file, line), defect.message,
+                                                               [(f.file, f.line, f.message[:200]) for f in errors])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("defect", [d for d in DEFECTS if d.gate in STATIC], ids=_ids(tuple(d for d in DEFECTS if d.gate in STATIC)))
+def test_static_gate_catches_its_seeded_defect(defect, clean_tree, seeded_home):  # noqa: F811
+    check_row(defect, clean_tree, seeded_home)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("defect", [d for d in DEFECTS if d.gate not in STATIC],
+                         ids=_ids(tuple(d for d in DEFECTS if d.gate not in STATIC)))
+def test_environment_gate_catches_its_seeded_defect(defect, clean_tree, seeded_home):  # noqa: F811
+    check_row(defect, clean_tree, seeded_home)
+
+
+@pytest.mark.slow
+def test_clean_v1_passes_every_gate(clean_tree, seeded_home):  # noqa: F811
+    """The whole command's core on the clean tree: every gate passes, nothing warns, nothing crashed."""
+    import os
+
+    from patchkit.checks.registry import GATES
+    from patchkit.verify.run import verify
+
+    old = os.environ.get("PATCHKIT_HOME")
+    os.environ["PATCHKIT_HOME"] = str(seeded_home)
+    try:
+        result = verify(V1, clean_tree, registry=GATES)
+    finally:
+        os.environ["PATCHKIT_HOME"] = old or ""
+    blocking = [(f.gate, f.file, f.line, f.message) for f in result.findings() if f.severity.value in ("error", "warning")]
+    crashed = [run.gate for run in result.gates if run.status == "crash"]
+    assert (result.exit_code, blocking, crashed) == (0, [], []), json.dumps(blocking, indent=1)[-6000:]
+
+
+@pytest.mark.slow
+def test_the_static_rows_run_through_the_real_cli_too(clean_tree, seeded_home, tmp_path):  # noqa: F811
+    """One row end to end, as a user would: the edited set locked and applied by the CLI, then
+    ``patchkit verify --gate`` with --json: the same finding at the same place as in process."""
+    import shutil
+    import subprocess
+
+    from tests.verify.corpus.seeding import _edited_patch
+
+    defect = next(d for d in DEFECTS if d.name == "misspelt field of a typed parameter")
+    set_dir = tmp_path / "set"
+    shutil.copytree(V1, set_dir)
+    name, edited, _ = _edited_patch(V1, defect.edit)
+    (set_dir / name).write_text(edited)
+    base = tmp_path / "base"
+    subprocess.run(["git", "clone", "-q", str(Path(clean_tree)), str(base)], check=True)
+    root = subprocess.run(["git", "-C", str(base), "rev-list", "--max-parents=0", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.split()[-1]
+    subprocess.run(["git", "-C", str(base), "checkout", "-q", "-B", "patchkit", root], check=True)
+    patchkit("lock", "--set", set_dir, "--base", base, home=seeded_home)
+    patchkit("apply", "--set", set_dir, "--target", base, home=seeded_home)
+    done = patchkit("verify", "--set", set_dir, "--target", base, "--gate", "xref", "--json",
+                    "--allow-drift", home=seeded_home, check=False)
+    doc = json.loads(done.stdout)
+    seed = realise(V1, clean_tree, defect.edit)
+    assert done.returncode == 1 and (base / seed.file).read_bytes() == seed.content
+    (run,) = doc["result"]["gates"]
+    assert any((f["file"], f["line"]) == (seed.file, seed.line) and defect.message in f["message"]
+               for f in run["findings"]), run["findings"]

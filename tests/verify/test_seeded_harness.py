@@ -1,56 +1,98 @@
-"""The seeded-defect harness itself: its one-line patch edit must be exact and refuse ambiguity."""
+"""The seeding harness itself (corpus/seeding.py): a one-line patch edit is realised exactly as the
+edited set would apply, ambiguity is refused, and the shared tree always gets its clean file back."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
-from tests.verify import test_seeded_defects as seeded
-from tests.verify.test_seeded_defects import Defect, line_of, seeded_set
+from tests.verify import test_seeded_defects as seeded_suite
+from tests.verify.corpus.seeding import Edit, load_edits, realise, seeded
 
-PATCH = """From 0 Mon Sep 17 00:00:00 2001
-Subject: [PATCH] add ddtree
+from patchkit.checks.registry import GATES
 
----
- python/pkg/mod.py | 3 ++-
- 1 file changed, 2 insertions(+), 1 deletion(-)
+BASE = "import os\n\n\ndef f():\n    return 1\n"
 
---- a/python/pkg/mod.py
-+++ b/python/pkg/mod.py
-@@ -1,2 +1,3 @@
- import os
--X = 1
-+X = SpeculativeAlgorithm.DDTREE
-+Y = is_ddtree(X)
-"""
+
+def git(root: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True, env=env).stdout
 
 
 @pytest.fixture
-def fake_v1(tmp_path, monkeypatch):
-    v1 = tmp_path / "v1"
-    v1.mkdir()
-    (v1 / "0001-add-ddtree.patch").write_text(PATCH)
-    (v1 / "manifest.toml").write_text("")
-    monkeypatch.setattr(seeded, "V1", v1)
-    return v1
+def two_patch_set(tmp_path: Path) -> tuple[Path, Path]:
+    """A set of two patches to one file (the second shifts the first's lines) and the applied tree."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    git(tree, "init", "-q")
+    (tree / "python").mkdir()
+    (tree / "python/mod.py").write_text(BASE)
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "-m", "base")
+    (tree / "python/mod.py").write_text(BASE + "\n\ndef g():\n    return DDTREE_G\n")
+    git(tree, "commit", "-qam", "add g")
+    (tree / "python/mod.py").write_text("import sys\n" + BASE + "\n\ndef g():\n    return DDTREE_G\n")
+    git(tree, "commit", "-qam", "import sys")
+    set_dir = tmp_path / "set"
+    set_dir.mkdir()
+    git(tree, "format-patch", "-q", "-o", str(set_dir), "HEAD~2")
+    names = sorted(p.name for p in set_dir.glob("*.patch"))
+    (set_dir / "series").write_text("\n".join(names) + "\n")
+    return set_dir, tree
 
 
-def test_the_edit_changes_one_added_line_and_keeps_the_line_count(fake_v1, tmp_path):
-    defect = Defect("missing enum member", "xref", "0001-*.patch", "DDTREE", "DDTREEX")
-    set_dir, tree_file, new_line = seeded_set(defect, tmp_path / "copy")
-    text = (set_dir / "0001-add-ddtree.patch").read_text()
-    assert tree_file == "python/pkg/mod.py" and new_line == "X = SpeculativeAlgorithm.DDTREEX"
-    assert "+X = SpeculativeAlgorithm.DDTREEX\n" in text and len(text.splitlines()) == len(PATCH.splitlines())
-    assert (fake_v1 / "0001-add-ddtree.patch").read_text() == PATCH  # the real set is never touched
-    tree = tmp_path / "tree.py"
-    tree.write_text("import os\nX = SpeculativeAlgorithm.DDTREEX\n")
-    assert line_of(tree, new_line) == 2
+def test_an_edit_is_realised_as_the_edited_series_applies(two_patch_set, tmp_path):
+    set_dir, tree = two_patch_set
+    seed = realise(set_dir, tree, Edit("g", "0001-*.patch", "return DDTREE_G", "return DDTREE_H"))
+    assert (seed.file, seed.line, seed.text) == ("python/mod.py", 10, "    return DDTREE_H")  # shifted by 0002
+    # the same edit applied the long way: the edited series on the base, patch by patch
+    long_way = tmp_path / "long"
+    subprocess.run(["git", "clone", "-q", str(tree), str(long_way)], check=True)
+    git(long_way, "checkout", "-q", git(tree, "rev-list", "--max-parents=0", "HEAD").strip())
+    for name in (set_dir / "series").read_text().split():
+        text = (set_dir / name).read_text()
+        if name.startswith("0001"):
+            text = text.replace("+    return DDTREE_G", "+    return DDTREE_H")
+        (tmp_path / name).write_text(text)
+        git(long_way, "apply", str(tmp_path / name))
+    assert (long_way / "python/mod.py").read_bytes() == seed.content
 
 
-@pytest.mark.parametrize(("old", "problem"), [("X", "on 2 added lines"), ("X = 1", "on 0 added lines")])
-def test_ambiguous_or_context_only_edits_are_refused(fake_v1, tmp_path, old, problem):
-    with pytest.raises(AssertionError, match=problem):
-        seeded_set(Defect("x", "xref", "0001-*.patch", old, "z"), tmp_path / "copy")
+def test_ambiguous_or_context_only_edits_are_refused(two_patch_set):
+    set_dir, tree = two_patch_set
+    with pytest.raises(AssertionError, match="on 0 added lines"):
+        realise(set_dir, tree, Edit("context", "0001-*.patch", "return 1", "return 2"))  # a context line
+    with pytest.raises(AssertionError, match="matches 0 patches"):
+        realise(set_dir, tree, Edit("nowhere", "0009-*.patch", "x", "y"))
+    with pytest.raises(AssertionError, match="on only 1 added lines"):
+        realise(set_dir, tree, Edit("occurrence", "0001-*.patch", "return DDTREE_G", "y", occurrence=1))
 
 
-def test_every_defect_class_of_the_issue_has_a_row():
-    assert len(seeded.DEFECTS) == 10 and len({d.name for d in seeded.DEFECTS}) == 10
-    assert {d.gate for d in seeded.DEFECTS} == {"compile", "imports", "xref", "dispatch", "backend", "tests"}
+def test_the_clean_file_comes_back_even_when_the_check_fails(two_patch_set):
+    set_dir, tree = two_patch_set
+    clean = (tree / "python/mod.py").read_bytes()
+    seed = realise(set_dir, tree, Edit("g", "0001-*.patch", "return DDTREE_G", "return DDTREE_H"))
+    with pytest.raises(RuntimeError), seeded(tree, seed):
+        assert (tree / "python/mod.py").read_bytes() == seed.content
+        raise RuntimeError("a failing gate")
+    assert (tree / "python/mod.py").read_bytes() == clean
+
+
+def test_every_gate_and_every_issue_16_class_has_seeded_rows():
+    rows = seeded_suite.DEFECTS
+    assert len({d.name for d in rows}) == len(rows)
+    assert {d.gate for d in rows} == set(GATES)
+    names = " ".join(d.name for d in rows)
+    for fragment in ("family helper", "reserved names", "capture", "replay", "flag", "decode refusal", "logprob gate",
+                     "self attribute", "typed parameter", "@property", "fails through"):
+        assert fragment in names, fragment
+
+
+def test_the_corpus_files_parse_and_name_their_classes():
+    here = Path(seeded_suite.__file__).parent / "corpus"
+    defects, benign = load_edits(here / "defects.toml", "defect"), load_edits(here / "benign.toml", "benign")
+    assert len(defects) >= 20 and len(benign) >= 10
+    assert {d.kind for d in defects} == {"family", "capture", "cli", "backend", "request", "names", "precision",
+                                         "general"}

@@ -27,7 +27,8 @@ def errors(findings):
 
 
 def test_rows_report_resolution_and_the_generic_rule(make_ctx):
-    results, rel = backend.evaluate(make_ctx(fake_tree(), CURRENT))
+    evaluation = backend.evaluate(make_ctx(fake_tree(), CURRENT))
+    results, rel = evaluation.results, evaluation.rel
     assert rel == "expectations/backend.toml"
     hopper = {r.name: r for r in results}["hopper"].values
     # the fake resolves the backend before the DDTREE block, like the real ordering trap
@@ -43,9 +44,12 @@ def test_expectation_mismatch_and_unexpected_error(make_ctx):
     text = text.replace("verify_width = 9", "verify_width = 10")
     found = errors(backend.run(make_ctx(fake_tree(expectations=text), CURRENT)))
     assert "case hopper: verify_width: expected 10, got 9" in found
-    lines = {f.line for f in backend.run(make_ctx(fake_tree(expectations=text), CURRENT)) if f.severity == Severity.ERROR}
+    findings = backend.run(make_ctx(fake_tree(expectations=text), CURRENT))
+    lines = {f.line for f in findings if f.severity == Severity.ERROR and f.file == "expectations/backend.toml"}
     headers = {n for n, line in enumerate(text.splitlines(), 1) if line == "[[case]]"}
     assert len(headers) == 2 and lines == headers  # each finding points at its case
+    traced = [f for f in findings if f.severity == Severity.ERROR and f.file == "python/sglang/srt/server_args.py"]
+    assert traced and all("traces back to this added line" in f.message for f in traced)
     assert any(m.startswith("case ampere: expected an error containing 'boom', but ServerArgs resolved") for m in found)
 
 
@@ -55,13 +59,18 @@ def test_backend_missing_from_mask_table_is_a_finding(make_ctx):
     assert "case ampere: backend 'triton' is not in the [tree_mask] table" in found
 
 
-def test_rows_are_cached_by_tree_content(make_ctx, monkeypatch):
+def test_rows_are_cached_by_the_content_of_the_files_the_probe_imported(make_ctx, monkeypatch):
+    from patchkit.checks._probe import runner
+
     ctx = make_ctx(fake_tree(), CURRENT)
-    first = backend.evaluate(ctx)[0]
+    first = backend.evaluate(ctx).results
     calls = []
-    real_run = backend.proc.run
-    monkeypatch.setattr(backend.proc, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
-    assert backend.evaluate(ctx)[0] == first and calls == []
+    real_run = runner.proc.run
+    monkeypatch.setattr(runner.proc, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
+    assert backend.evaluate(ctx).results == first and calls == []
+    (ctx.root / "python/sglang/srt/unrelated.py").write_text("X = 1\n")  # a new module: any import may change
+    assert backend.evaluate(ctx).results == first and len(calls) == 1
+    calls.clear()
     server_args = ctx.root / "python/sglang/srt/server_args.py"
     server_args.write_text(server_args.read_text().replace("speculative_eagle_topk = 4", "speculative_eagle_topk = 1"))
     found = errors(backend.run(ctx))
@@ -77,7 +86,7 @@ def test_unknown_hardware_is_bad_input(make_ctx):
 def test_import_failure_names_the_module(make_ctx):
     files = fake_tree()
     files["python/sglang/srt/server_args.py"] = "import not_a_module_anywhere\n"
-    with pytest.raises(BadInput, match="could not be imported") as info:
+    with pytest.raises(BadInput, match="could not run") as info:
         backend.run(make_ctx(files, CURRENT))
     assert info.value.location.file == "python/sglang/srt/server_args.py"
 

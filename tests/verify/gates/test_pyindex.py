@@ -1,11 +1,16 @@
-"""pyindex: the cheap line recorder agrees with libcst's PositionProvider; prefilter; module names."""
+"""The fact index: line numbers and source text from ``ast``, canonical site identity, prefilter,
+module names."""
 
 from __future__ import annotations
 
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
-
-from patchkit.verify.facts import module_name, node_lines, prefilter, resolve_relative
+from patchkit.verify.facts import (
+    IndexSettings,
+    canonical_expression,
+    extract_facts,
+    module_name,
+    prefilter,
+    resolve_relative,
+)
 
 SOURCE = '''\
 # header comment
@@ -19,31 +24,107 @@ import os
 class A(  # trailing
     Base,
 ):
-    """Doc."""
+    """Doc: ünïcode before the offsets, so byte and character columns differ."""
 
     x: int = 1
 
     def f(self, a,
           b=2):
-        if (a and
+        if (a.is_eagle() and
                 b):  # why
             return [
                 self.g(
                     a,
                 ),
             ]
+        label = "ü" if self.ddtree_budget else "é"; y = a.is_dflash()
+        return label, y
 '''
 
+SETTINGS = IndexSettings(family="ddtree")
 
-def test_line_recorder_matches_position_provider():
-    module = cst.parse_module(SOURCE)
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
-    nodes = [n for n in positions if isinstance(n, (cst.BaseStatement, cst.BaseSmallStatement, cst.Call,
-                                                    cst.Name, cst.Attribute, cst.BooleanOperation))]
-    lines = node_lines(module, nodes)
-    assert len(nodes) > 20
-    assert {id(n): positions[n].start.line for n in nodes} == lines
+
+def facts_of(source: str, settings: IndexSettings = SETTINGS) -> dict:
+    return extract_facts(source.encode(), "pkg.mod", False, settings)
+
+
+def test_definitions_and_references_carry_their_own_lines():
+    facts = facts_of(SOURCE)
+    assert facts["classes"]["A"]["line"] == 9  # the class keyword, not the decorator
+    assert facts["functions"]["A.f"]["line"] == 16
+    assert facts["functions"]["A.f"]["params"] == [["self", "pos", False], ["a", "pos", False], ["b", "pos", True]]
+    assert facts["classes"]["A"]["self_reads"] == [["ddtree_budget", 25, "A.f"]]
+    assert facts["toplevel"]["os"] == {"kind": "module", "line": 3, "target": "os"}
+
+
+def test_a_site_is_the_whole_condition_at_its_first_line_inside_the_parentheses():
+    sites = facts_of(SOURCE)["dispatch"]
+    assert [(s["expr"], s["line"]) for s in sites] == [("a.is_eagle()and b", 18), ("a.is_dflash()", 25)]
+    assert sites[1]["code"] == "a.is_dflash()"  # exact source after multi-byte text on the same line
+
+
+def test_set_members_are_sorted_in_a_sites_identity():
+    assert canonical_expression('x in {"NGRAM", "EAGLE",}') == 'x in{"EAGLE","NGRAM"}'
+    assert canonical_expression('frozenset({"B", "A"})') == 'frozenset({"A","B"})'
+    assert canonical_expression('x in ("B", "A")') == 'x in("B","A")'  # a tuple keeps its order
+
+
+def test_membership_collections_and_helper_definitions():
+    source = '''\
+from enum import Enum
+
+
+class Algo(Enum):
+    DFLASH = 1
+    DDTREE = 2
+
+    def is_dflash_family(self):
+        return self in (Algo.DFLASH, Algo.DDTREE)
+
+
+class Input:
+    def is_verify_input(self):
+        return self.kind in {
+            Kind.A_VERIFY,
+            Kind.A_VERIFY,
+        }
+
+
+RESERVED = frozenset({"DFLASH", "EAGLE"})
+'''
+    settings = IndexSettings(family="ddtree", enum_name="Algo", member_enums=("Kind",))
+    facts = facts_of(source, settings)
+    assert facts["predicates"]["Algo.is_dflash_family"] == {
+        "name": "is_dflash_family", "class": "Algo", "expr": ["in", ["DFLASH", "DDTREE"]], "line": 9}
+    sites = {s["expr"]: s for s in facts["dispatch"]}
+    assert set(sites) == {"self.kind in{Kind.A_VERIFY,Kind.A_VERIFY}", '{"DFLASH","EAGLE"}'}
+    assert sites["self.kind in{Kind.A_VERIFY,Kind.A_VERIFY}"]["duplicates"] == [["Kind.A_VERIFY", 16]]
+    assert sites['{"DFLASH","EAGLE"}']["scope"] == "<module>"
+
+
+def test_type_hints_of_locals_and_self_attributes():
+    source = '''\
+from copy import deepcopy
+
+
+class W:
+    def __init__(self, server_args: "ServerArgs", runner):
+        self.server_args = server_args
+        draft = deepcopy(server_args)
+        draft.page_size = 1
+        self.runner: Runner = runner
+        self.other = Other()
+        steps = self.tree.depth
+        for _ in range(steps):
+            pass
+'''
+    facts = facts_of(source)
+    assert facts["classes"]["W"]["self_types"] == {"server_args": 'ann:"ServerArgs"', "runner": "ann:Runner",
+                                                   "other": "call:Other"}
+    fn = facts["functions"]["W.__init__"]
+    assert fn["locals"]["draft"] == "same:server_args" and fn["locals"]["steps"] == "same:self.tree.depth"
+    assert "steps" in fn["value_names"]
+    assert ["draft", "page_size", 8, "W.__init__", "store"] in facts["uses"]
 
 
 def test_prefilter_and_module_names(tmp_path):

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import importlib
 import io
 import json
 import logging
@@ -56,24 +57,85 @@ def _write_config(root: str, name: str, config: dict[str, Any]) -> str:
     return path
 
 
+def _tree_module(name: str) -> ModuleType | None:
+    """The target tree's module ``name``, or None where this tree has none (an older SGLang)."""
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _platform(probes: list[str], on: set[str], flashinfer: bool) -> contextlib.AbstractContextManager[Any]:
+    """SGLang 0.5.23+ reads the machine through ``runtime_context.get_platform()``: a scoped
+    ``override_platform`` of its facts (each named after the utils probe it calls), a CUDA machine
+    with exactly the ``on`` probes true. Older trees have no such context: nothing to override."""
+    runtime_context = _tree_module("sglang.srt.runtime_context")
+    if runtime_context is None:  # an older tree
+        return contextlib.nullcontext()
+    override = getattr(runtime_context, "override_platform", None)
+    table = getattr(runtime_context, "_PLATFORM_PROBES", None)
+    if override is None or not isinstance(table, dict):
+        return contextlib.nullcontext()
+    facts: dict[str, bool] = {fact: probe in on for fact, probe in table.items()}
+    facts.update(is_cuda=True, has_flashinfer=flashinfer)
+    if "is_sm100_or_sm110" in facts:
+        facts["is_sm100_or_sm110"] = facts.get("is_sm100", False) or facts.get("is_sm110", False)
+    context: contextlib.AbstractContextManager[Any] = override(**facts)
+    return context
+
+
 @contextlib.contextmanager
 def _hardware(module: ModuleType, probes: list[str], on: set[str], flashinfer: bool) -> Iterator[None]:
-    """Monkeypatch the hardware probes imported into the server_args module."""
+    """Monkeypatch the hardware probes imported into the server_args module (and, on trees with
+    a platform context, override its facts)."""
     names = [p for p in probes if hasattr(module, p)] + ["is_flashinfer_available"]
     saved = {name: getattr(module, name) for name in names if hasattr(module, name)}
     for name in names:
         value = flashinfer if name == "is_flashinfer_available" else name in on
         setattr(module, name, (lambda v: (lambda *a, **k: v))(value))
     try:
-        yield
+        with _platform(probes, on, flashinfer):
+            yield
     finally:
         for name, fn in saved.items():
             setattr(module, name, fn)
 
 
+class _GenericView:
+    """SGLang 0.5.23+: a stand-in record for the generic rule, reading the resolved record except
+    for the topk and page size under test (msgspec ServerArgs refuse even object.__setattr__)."""
+
+    _resolved_overrides = ()
+
+    def __init__(self, args: Any, topk: Any, page_size: Any):
+        self._args, self.speculative_eagle_topk, self.page_size = args, topk, page_size
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._args, name)
+
+
+def _generic_rule_pipeline(args: Any, topk: Any, page_size: Any) -> Any:
+    """The base default rule of a tree whose backend default lives in arg_groups/ (0.5.23+),
+    with the set's DDTREE branch (``is_ddtree_requested``) switched off."""
+    base = importlib.import_module("sglang.srt.arg_groups.model_override_base")
+    saved = getattr(base, "is_ddtree_requested", None)
+    if saved is not None:
+        setattr(base, "is_ddtree_requested", lambda cfg: False)  # noqa: B010 - a module attribute, not typed
+    try:
+        return base.get_default_attn_backend(_GenericView(args, topk, page_size), base.use_mla_backend(args),
+                                             base.model_config_of(args))
+    except Exception as exc:  # report, do not fail the row
+        return f"error: {type(exc).__name__}: {exc}"
+    finally:
+        if saved is not None:
+            setattr(base, "is_ddtree_requested", saved)  # noqa: B010
+
+
 def _generic_rule(module: ModuleType, args: Any, topk: Any, page_size: Any) -> Any:
     """The backend the generic (base) default rule picks for ``args`` with the given topk and page
     size, i.e. ignoring any DDTREE-specific default the tree may add."""
+    if not hasattr(args, "_get_default_attn_backend"):
+        return _generic_rule_pipeline(args, topk, page_size)
     probe = copy.copy(args)
     # SGLang 0.5.17 seals a resolved ServerArgs against attribute writes; the probe is a throwaway copy.
     object.__setattr__(probe, "speculative_eagle_topk", topk)
@@ -88,6 +150,8 @@ def _generic_rule(module: ModuleType, args: Any, topk: Any, page_size: Any) -> A
 
 def _topk_one(module: ModuleType, topk: Any, page_size: Any) -> bool | None:
     fn = getattr(module, "is_no_spec_infer_or_topk_one", None)
+    if fn is None:  # 0.5.23+: no longer imported into server_args
+        fn = getattr(_tree_module("sglang.srt.utils.common"), "is_no_spec_infer_or_topk_one", None)
     if fn is None:
         return None
     holder = type("Args", (), {"speculative_eagle_topk": topk, "page_size": page_size})()
@@ -104,19 +168,51 @@ def _paths(case: dict[str, Any], workdir: str) -> dict[str, Any]:
     return kwargs
 
 
+def _pipeline(args: Any) -> bool:
+    """A 0.5.23+ record: construction leaves it unresolved, and ``resolve_once`` runs the arg_groups/
+    hook pipeline. Every 0.5.23 fallback below is taken only for these; older trees read as before."""
+    return hasattr(args, "resolve_once")
+
+
+def _resolved_source(args: Any) -> Any:
+    """Where the resolved values are read: the record itself, or on 0.5.23+ (resolved values are
+    declarations over the record, resolved by ``resolve_once``) its ``resolved_view``. 0.5.17 has a
+    ``resolved_view`` too, but writes the resolved values into the record: it reads the record."""
+    if not _pipeline(args):
+        return args
+    resolved_view = getattr(_tree_module("sglang.srt.arg_groups.overrides"), "resolved_view", None)
+    if resolved_view is None:
+        return args
+    try:
+        return resolved_view(args)
+    except Exception:
+        return args
+
+
 def _fill(module: ModuleType, row: dict[str, Any], args: Any, user_topk: Any, user_page: Any) -> None:
+    source = _resolved_source(args)
     for field in FIELDS:
-        row[field] = getattr(args, field, None)
+        row[field] = getattr(source, field, None)
     if hasattr(args, "get_attention_backends"):
         row["prefill_attention_backend"], row["decode_attention_backend"] = args.get_attention_backends()
+    elif _pipeline(args):  # 0.5.23+: the resolution helpers live in arg_groups/
+        attention_backends_of = getattr(_tree_module("sglang.srt.arg_groups.overrides"), "attention_backends_of",
+                                        None)
+        with contextlib.suppress(Exception):
+            if attention_backends_of is not None:
+                row["prefill_attention_backend"], row["decode_attention_backend"] = attention_backends_of(source)
     try:  # "flashinfer" on an MLA model builds FlashInferMLAAttnBackend, which has no tree mask
-        row["use_mla"] = bool(args.use_mla_backend())
+        if _pipeline(args) and not hasattr(args, "use_mla_backend"):  # 0.5.23+
+            base = importlib.import_module("sglang.srt.arg_groups.model_override_base")
+            row["use_mla"] = bool(base.use_mla_backend(args))
+        else:
+            row["use_mla"] = bool(args.use_mla_backend())
     except Exception:
         row["use_mla"] = None
     row["topk_one_at_selection"] = _topk_one(module, user_topk, user_page)
-    row["topk_one_resolved"] = _topk_one(module, args.speculative_eagle_topk, args.page_size)
+    row["topk_one_resolved"] = _topk_one(module, row["speculative_eagle_topk"], row["page_size"])
     row["generic_rule_at_selection"] = _generic_rule(module, args, user_topk, user_page)
-    row["generic_rule_resolved"] = _generic_rule(module, args, args.speculative_eagle_topk, args.page_size)
+    row["generic_rule_resolved"] = _generic_rule(module, args, row["speculative_eagle_topk"], row["page_size"])
 
 
 def _raised_at(exc: BaseException, touched: set[str]) -> list[Any] | None:
@@ -136,6 +232,8 @@ def _construct(module: ModuleType, build: Callable[[], Any], row: dict[str, Any]
     with lines_run(_ADDED or touched) as executed:
         try:
             args = build()
+            if _pipeline(args):  # 0.5.23+: construction leaves the record unresolved
+                args.resolve_once()
         except SystemExit as exc:  # argparse refusing the command line
             row["error"] = f"the command line was refused (exit {exc.code}): {row.pop('_stderr', '')}".strip()
             args = None
@@ -256,13 +354,31 @@ def _through_cli(module: ModuleType, cli: CommandLine, kwargs: dict[str, Any], t
     return cli_row
 
 
+def _field_names(module: ModuleType) -> set[str]:
+    if dataclasses.is_dataclass(module.ServerArgs):
+        return {f.name for f in dataclasses.fields(module.ServerArgs)}
+    # SGLang 0.5.23+: ServerArgs is a msgspec.Struct
+    return set(getattr(module.ServerArgs, "__struct_fields__", ()))
+
+
 def _field_defaults(module: ModuleType) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(module.ServerArgs):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
+    if dataclasses.is_dataclass(module.ServerArgs):
+        for f in dataclasses.fields(module.ServerArgs):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
+        return out
+    structs = _tree_module("msgspec.structs")  # SGLang 0.5.23+: ServerArgs is a msgspec.Struct
+    if structs is None:
+        return out
+    nodefault = importlib.import_module("msgspec").NODEFAULT
+    for info in structs.fields(module.ServerArgs):
+        if info.default is not nodefault:
+            out[info.name] = info.default
+        elif info.default_factory is not nodefault:
+            out[info.name] = info.default_factory()
     return out
 
 
@@ -273,7 +389,7 @@ def _flag_rows(module: ModuleType, cli: CommandLine, request: dict[str, Any], wo
     family = re.compile(request.get("flag_family") or "ddtree", re.IGNORECASE)
     samples = request.get("flag_samples", {})
     defaults = _field_defaults(module)
-    fields = {f.name for f in dataclasses.fields(module.ServerArgs)}
+    fields = _field_names(module)
     base_case = request.get("flag_case")
     rows: list[dict[str, Any]] = []
     for action in cli.actions:

@@ -223,6 +223,15 @@ def _unique(name: str, used: set[str]) -> str:
     return name
 
 
+def set_contents(repo: Repo, set_dir: Path, base: str, commits: list[str],
+                 progress: Progress | None = None) -> dict[str, bytes | None]:
+    """Every file of ``set_dir`` for ``commits`` on ``base`` (None: delete), computed and checked: what
+    refresh writes. ``patchkit port`` writes its new set with it too, so both write patches one way."""
+    man = manifest_mod.load(set_dir, with_lock=False)
+    old = {p.name: p for p in (parse_patch(set_dir / e.name) for e in read_series(set_dir))}
+    return _new_contents(repo, set_dir, base, old, render_patches(repo, commits, man.label), progress)
+
+
 def _new_contents(
     repo: Repo, set_dir: Path, base: str, old: Mapping[str, Patch], new: list[tuple[str, bytes]],
     progress: Progress | None,

@@ -123,3 +123,4 @@ def _clean(result: CleanResult, verbosity: int = 0) -> None:
     verb = "would free" if result.dry_run else "freed"
     kept = sum(1 for i in result.items if i.action == "kept")
     say(f"{verb} {_size(result.freed)}" + (f"; kept {kept} (see the reasons above)" if kept else ""))
+from patchkit.render import port as _port  # noqa: E402,F401  (registers the port renderer: same area)

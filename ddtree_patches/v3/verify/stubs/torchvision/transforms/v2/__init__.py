@@ -1,0 +1,1 @@
+"""Stub package: transformers imports transforms.v2.functional as a module."""

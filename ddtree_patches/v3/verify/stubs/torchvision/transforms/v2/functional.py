@@ -1,0 +1,2 @@
+"""Stub: imported as a module (tvF) by transformers; no attribute is used at
+import time."""

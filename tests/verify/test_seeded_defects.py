@@ -97,7 +97,8 @@ DEFECTS = (
     Defect("capture takes topk 1 instead of the server's", "calls", "0005-*.patch",
            "topk=self.model_runner.server_args.speculative_eagle_topk,", "topk=1,", "`result.topk == 8` is false"),
     Defect("replay guard never fires", "calls", "0005-*.patch", "            self.is_ddtree_target_verify\n",
-           "            not self.is_ddtree_target_verify\n", "expected an error containing 'requires the tree custom_mask'"),
+           "            not self.is_ddtree_target_verify\n", "expected an error containing 'requires the tree custom_mask'",
+           line_offset=-1),  # the guard's `if (` line, the first line of the statement the edit is in
     # ---- class 3: the command line
     Defect("flag stores into a field that does not exist", "backend", "0003-*.patch",
            '"--speculative-ddtree-budget",', '"--speculative-ddtree-budgets",',

@@ -146,23 +146,18 @@ def trace_back(ctx: VerifyContext, executed: Iterable[Sequence[Any]], added: Map
 
     ran = [(rel, int(row[1]), row[2] if len(row) > 2 else None) for row in executed
            if (rel := tree_relative(ctx, row[0])) is not None and int(row[1]) in added.get(rel, frozenset())]
-    def mentions(rel: str, line: int) -> bool:
-        return bool(set(_WORD.findall(text(rel, line))) & tokens)
-
     if raised_at:
         rel = tree_relative(ctx, raised_at[0])
         if rel is not None and int(raised_at[1]) in added.get(rel, frozenset()):
             line = int(raised_at[1])
             if text(rel, line).lstrip().startswith("raise"):
-                # A refusal that fired on a value an earlier added line produced (a default that picks
-                # 'fa3', then the check that refuses it): that line is the cause, not the check.
-                upstream = [r for r in ran if r[2] != raised_at[2] and mentions(r[0], r[1])]
-                if upstream:
-                    return upstream[-1][0], upstream[-1][1]
                 before = [r for r in ran if r[0] == rel and r[2] == raised_at[2] and r[1] < line]
                 if before:
                     return before[-1][0], before[-1][1]
             return rel, line
+
+    def mentions(rel: str, line: int) -> bool:
+        return bool(set(_WORD.findall(text(rel, line))) & tokens)
 
     own = [r for r in ran if function is not None and r[2] == function]
     for group in (own, ran):

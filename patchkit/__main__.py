@@ -42,8 +42,22 @@ def main() -> None:
     except SystemExit as done:
         if done.code == 130:
             _exit_interrupted()
+        _exit_for_sure_if_interrupted(done.code if isinstance(done.code, int) else 1)
         raise
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    _exit_for_sure_if_interrupted(code)
+    sys.exit(code)
+
+
+def _exit_for_sure_if_interrupted(code: int) -> None:
+    """A Ctrl-C was caught during the run (the command still finished, e.g. it came as the run ended):
+    end with the command's own code; CPython would otherwise end the process by SIGINT (-2)."""
+    from patchkit import error_handler
+
+    if error_handler.interrupt_seen:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _interrupted(cause: BaseException | None, when: str) -> None:

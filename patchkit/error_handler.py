@@ -45,12 +45,23 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+#: Set once a Ctrl-C reached patchkit's own handler: the process then ends through ``os._exit`` with
+#: its exit code (see ``__main__``), since CPython may otherwise end it by SIGINT (-2) after a caught one.
+interrupt_seen = False
+
+
+def _interrupt_on_sigint(signum: int, frame: object) -> None:
+    global interrupt_seen
+    interrupt_seen = True
+    raise KeyboardInterrupt
+
+
 def install_signal_handlers() -> None:
     """SIGTERM behaves like Ctrl-C, so every ``finally`` and rollback runs (exit 130)."""
     signal.signal(signal.SIGTERM, _raise_interrupt)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
         return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _interrupt_on_sigint)
 
 
 def crash_log_dir() -> Path:

@@ -54,6 +54,10 @@ def _exit_for_sure_if_interrupted(code: int) -> None:
     end with the command's own code; CPython would otherwise end the process by SIGINT (-2)."""
     from patchkit import error_handler
 
+    # The command is over: a signal from here on cannot undo or change anything, and one arriving
+    # during the interpreter's shutdown would end the process by SIGINT (-2) instead of the code.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if error_handler.interrupt_seen:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -42,26 +42,23 @@ def main() -> None:
     except SystemExit as done:
         if done.code == 130:
             _exit_interrupted()
-        _exit_for_sure_if_interrupted(done.code if isinstance(done.code, int) else 1)
+        _finish(0 if done.code is None else done.code if isinstance(done.code, int) else 1)
         raise
     code = code if isinstance(code, int) else 0
-    _exit_for_sure_if_interrupted(code)
+    _finish(code)
     sys.exit(code)
 
 
-def _exit_for_sure_if_interrupted(code: int) -> None:
-    """A Ctrl-C was caught during the run (the command still finished, e.g. it came as the run ended):
-    end with the command's own code; CPython would otherwise end the process by SIGINT (-2)."""
+def _finish(code: int) -> None:
+    """The command is over: a signal from here on cannot undo or change anything, and one arriving
+    during the interpreter's shutdown would end the process by SIGINT (-2) instead of ``code``. If a
+    Ctrl-C was caught during the run, CPython may do that anyway: end with ``code`` for sure then."""
     from patchkit import error_handler
 
-    # The command is over: a signal from here on cannot undo or change anything, and one arriving
-    # during the interpreter's shutdown would end the process by SIGINT (-2) instead of the code.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if error_handler.interrupt_seen:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _exit_now(code)
 
 
 def _interrupted(cause: BaseException | None, when: str) -> None:
@@ -75,9 +72,13 @@ def _exit_interrupted() -> None:
     """Exit 130 for sure. CPython marks a KeyboardInterrupt raised inside exec() of a string (as
     dataclasses do while a module is imported) as unhandled even when it was caught, and then ends
     the process by SIGINT (-2) instead of the exit code; every cleanup has run by now."""
+    _exit_now(130)
+
+
+def _exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(130)
+    os._exit(code)
 
 
 if __name__ == "__main__":

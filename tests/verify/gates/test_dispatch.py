@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,14 @@ def test_invalid_toml_is_bad_input_with_location(make_ctx):
     with pytest.raises(BadInput) as info:
         dispatch.run(ctx)
     assert info.value.location.line == 1 and "dispatch.toml" in info.value.location.file
+
+
+@pytest.mark.parametrize("set_name", ["v1", "v2", "v3"])
+def test_shipped_declarations_are_all_reviewed(set_name):
+    """Every site a shipped set declares carries a treatment and a reason: a skeleton written over a
+    reviewed file (empty treatments) is caught here in seconds, not by the slow clean-tree run."""
+    path = Path(__file__).resolve().parents[3] / "ddtree_patches" / set_name / "expectations" / "dispatch.toml"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    declarations, problems = dispatch.load_declarations(path)
+    assert problems == [] and len(declarations) > 50

@@ -1,6 +1,7 @@
 """Vocabulary-parallel DDTree trees across real processes (tensor parallelism on CPU).
 
-Each rank is its own process in a ``torch.distributed`` group (gloo on 127.0.0.1 here; NCCL on
+Each rank is its own process (on CPU forked from one that imported torch once; on GPUs
+spawned fresh) in a ``torch.distributed`` group (gloo on 127.0.0.1 here; NCCL on
 GPUs through ``ci/gpu/tp_trees.py``, which reuses this file). Every rank holds one vocabulary shard
 of the same draft logits, padded like a TP LM head (equal shard widths, the tail of the last shard
 is padding and is excluded with ``num_valid``), and runs the DDTree top-K the way the worker does:
@@ -23,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -187,8 +189,8 @@ class WorldFailed(RuntimeError):
     pids: tuple[int, ...] = ()
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
+def _kill_group(proc) -> None:
+    if proc.poll() is None and proc.pid is not None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -213,20 +215,32 @@ def run_world(module_path: str | os.PathLike, world: int, cases: tuple[Case, ...
             "timeout_s": timeout_s, "fault": fault, "cases": [dataclasses.asdict(c) for c in cases]}
     env = {**os.environ, MODULE_PATH_ENV: str(module_path), RUN_SPEC_ENV: json.dumps(spec),
            "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1", "NCCL_NVLS_ENABLE": "0"}
-    procs: list[subprocess.Popen] = []
+    procs: list = []
+    zygote = None
     try:
-        for rank in range(world):
-            with open(workdir / f"rank{rank}.log", "wb") as log:
-                # Own session per rank, so a kill takes anything the rank started with it.
-                procs.append(subprocess.Popen([python, __file__, "worker"], env={**env, "RANK": str(rank)},
-                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        if device == "cpu":
+            # One process imports torch and forks every rank (each ``import torch`` costs seconds of
+            # CPU, and a CPU world is many ranks on few cores). Not on GPUs: there every rank is
+            # spawned fresh, so no rank inherits anything of another process's CUDA state.
+            with open(workdir / "zygote.log", "wb") as log:
+                zygote = subprocess.Popen([python, __file__, "zygote"], env=env, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
+            procs = [ForkedRank(rank, workdir, zygote) for rank in range(world)]
+        else:
+            for rank in range(world):
+                with open(workdir / f"rank{rank}.log", "wb") as log:
+                    # Own session per rank, so a kill takes anything the rank started with it.
+                    procs.append(subprocess.Popen([python, __file__, "worker"], env={**env, "RANK": str(rank)},
+                                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         _wait_all(procs, time.monotonic() + timeout_s, workdir)
     except WorldFailed as error:
-        error.pids = tuple(p.pid for p in procs)
+        error.pids = tuple(p.pid for p in procs if p.pid is not None)
         raise
     finally:
         for proc in procs:
             _kill_group(proc)
+        if zygote is not None:
+            _kill_group(zygote)
     return [RankResult(**torch.load(workdir / f"rank{r}.pt", weights_only=False)) for r in range(world)]
 
 
@@ -243,10 +257,119 @@ def _wait_all(procs: list[subprocess.Popen], deadline: float, workdir: Path) -> 
 
 def _logs(procs: list[subprocess.Popen], workdir: Path) -> str:
     tails = []
+    zygote_log = workdir / "zygote.log"
+    if zygote_log.is_file() and zygote_log.stat().st_size:  # it failed before or while forking
+        tails.append("--- launcher of the forked ranks:\n" + "\n".join(zygote_log.read_text(errors="replace").splitlines()[-15:]))
     for rank, proc in enumerate(procs):
-        text = (workdir / f"rank{rank}.log").read_text(errors="replace").strip().splitlines()
+        log = workdir / f"rank{rank}.log"
+        text = log.read_text(errors="replace").strip().splitlines() if log.is_file() else ["(never started)"]
         tails.append(f"--- rank {rank} (exit {proc.poll()}):\n" + "\n".join(text[-15:]))
     return "\n".join(tails)
+
+
+
+# ------------------------------------------------------------------------------- forked CPU ranks
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def zygote_main() -> None:
+    """Fork every rank of a CPU world from this one process, reap them, record each exit.
+
+    Each rank gets its own session (so the launcher's group kill reaches what it starts) and its
+    own log; ``rank<r>.pid`` and ``rank<r>.exit`` are how the launcher sees it (see ForkedRank).
+    """
+    import torch.distributed  # noqa: F401  (imported once here, not once per rank)
+
+    spec = json.loads(os.environ[RUN_SPEC_ENV])
+    out = Path(spec["out"])
+    children: dict[int, int] = {}
+    for rank in range(spec["world"]):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _forked_rank_main(rank, out)
+        children[pid] = rank
+        _write_atomically(out / f"rank{rank}.pid", str(pid))
+    while children:
+        pid, status = os.wait()
+        _write_atomically(out / f"rank{children.pop(pid)}.exit", str(os.waitstatus_to_exitcode(status)))
+
+
+def _forked_rank_main(rank: int, out: Path) -> None:
+    """The forked child: run ``worker_main`` as a rank, exit with the code a fresh process would."""
+    code = 1
+    try:
+        os.setsid()
+        log = os.open(out / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.environ["RANK"] = str(rank)
+        worker_main()
+        code = 0
+    except SystemExit as done:  # like the interpreter: an int is the code, anything else is printed
+        if done.code is None or isinstance(done.code, int):
+            code = done.code or 0
+        else:
+            print(done.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class ForkedRank:
+    """A rank the zygote forked, seen through the calls the launcher makes on a ``Popen``.
+
+    Its exit is read from ``rank<r>.exit`` (the zygote reaps it); if the zygote is gone without
+    writing one, the rank counts as killed once its process is gone too.
+    """
+
+    def __init__(self, rank: int, workdir: Path, zygote: subprocess.Popen) -> None:
+        self.rank, self.workdir, self.zygote = rank, workdir, zygote
+        self.returncode: int | None = None
+        self._pid: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        if self._pid is None:
+            path = self.workdir / f"rank{self.rank}.pid"
+            if path.is_file():
+                self._pid = int(path.read_text())
+        return self._pid
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._recorded_exit()
+        if self.returncode is None and self.zygote.poll() is not None:
+            self.returncode = self._recorded_exit()  # written just before the zygote ended
+            if self.returncode is None and (self.pid is None or not _alive(self.pid)):
+                self.returncode = self.zygote.returncode or -signal.SIGKILL
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.poll() is None:
+            time.sleep(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+    def _recorded_exit(self) -> int | None:
+        path = self.workdir / f"rank{self.rank}.exit"
+        return int(path.read_text()) if path.is_file() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def tree_differences(expected: dict, actual: dict) -> list[str]:
@@ -322,13 +445,17 @@ def test_a_crashed_rank_fails_the_world_and_no_rank_survives(ddtree_utils, tmp_p
     assert time.monotonic() - started < 30
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
+def test_a_rank_that_raises_fails_the_world_with_its_traceback(tmp_path):
+    """A rank's uncaught exception is its exit 1 and its traceback is in the world's error."""
+    try:
+        run_world(tmp_path / "no_such_module.py", 2, CPU_CASES[:1], tmp_path / "world", timeout_s=60)
+    except WorldFailed as error:
+        message, pids = str(error), error.pids
+    else:
+        raise AssertionError("a rank that cannot load its module did not fail the world")
+    assert "(exit 1)" in message and "no_such_module.py" in message and "Traceback" in message
+    assert len(pids) == 2 and not [pid for pid in pids if _alive(pid)]
 
 def test_a_differing_tree_is_reported(ddtree_utils):
     case = CPU_CASES[0]
@@ -341,3 +468,5 @@ def test_a_differing_tree_is_reported(ddtree_utils):
 
 if __name__ == "__main__" and sys.argv[1:] == ["worker"]:
     worker_main()
+elif __name__ == "__main__" and sys.argv[1:] == ["zygote"]:
+    zygote_main()

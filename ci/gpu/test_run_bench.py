@@ -17,6 +17,8 @@ import pytest
 from tests.bench.conftest import make_bench_env, server_pids
 from tests.smoke.conftest import alive
 
+pytestmark = pytest.mark.long  # a minute or more: scheduled first (conftest.py)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_BENCH = REPO_ROOT / "ci" / "gpu" / "run_bench.sh"
 

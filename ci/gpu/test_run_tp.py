@@ -18,6 +18,8 @@ import pytest
 from patchkit.testing import patched_tree
 from tests.smoke.conftest import MANIFEST, PROMPTS, SET_ID, free_port, make_model, make_target
 
+pytestmark = pytest.mark.long  # a minute or more: scheduled first (conftest.py)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SET_DIR = REPO_ROOT / "ddtree_patches" / "v1"
 RUN_TP = REPO_ROOT / "ci" / "gpu" / "run_tp.sh"

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.long  # a minute or more: scheduled first (conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 SET_TEST_DIRS = sorted(path for path in (REPO / "ddtree_patches").glob("*/tests") if path.is_dir())
 
@@ -28,6 +30,8 @@ CALLER_ENVIRONMENT = dict(os.environ)
 @pytest.mark.parametrize("tests_dir", SET_TEST_DIRS, ids=[path.parent.name for path in SET_TEST_DIRS])
 def test_the_sets_own_tests_pass(tests_dir: Path) -> None:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests_dir)]
+    if "PYTEST_XDIST_WORKER" in os.environ:  # the suite's workers already hold every core: one more
+        command += ["-n", "0"]  # set of workers would only add their start-up (torch, collection)
     done = subprocess.run(command, cwd=REPO, env=CALLER_ENVIRONMENT, capture_output=True, text=True, timeout=3000)
     name = tests_dir.relative_to(REPO)
     summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.long  # a minute or more: scheduled first (conftest.py)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

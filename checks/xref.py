@@ -17,8 +17,9 @@ Findings (errors):
 
 On the lines the series adds, names outside the family are checked too (``checks/_xref/names.py``):
 ``self.X`` reads resolve in the class, its bases or its declared dynamic source
-(``[verify.xref] dynamic``), attributes on values of a known type are fields of that type, and a
-method without ``@property`` used as a value is reported at its ``def``.
+(``[verify.xref] dynamic``), attributes on values of a known type are fields of that type (or of a
+class an earlier ``isinstance`` check narrows the value to), and a method without ``@property`` used
+as a value is reported at its ``def``.
 
 :func:`symbol_table` returns where each family symbol is defined, imported and used.
 """

@@ -10,7 +10,11 @@ the set does not own, never produces a finding:
 - ``v.X`` read or written where the type of ``v`` is known: an annotated parameter, a local built by
   a class or by a function with a return annotation, a copy of a typed value (``deepcopy(server_args)``),
   ``self.attr`` typed through its assignment, chains of these (``self.model_runner.server_args``):
-  X must be a field or member of that type;
+  X must be a field or member of that type, or of a class an ``isinstance(v, ...)`` check earlier in
+  the function narrows ``v`` to (``verify_input = batch.spec_info`` is typed by the base class
+  ``SpecInput``; after ``assert isinstance(verify_input, DDTreeVerifyInput if tree else
+  DFlashVerifyInput)`` it may be either subclass). Narrowing only adds possible types: the branch is
+  not tracked, so X is reported only when none of them defines it;
 - a method without ``@property`` read as a value (an operand, ``range()``'s argument, a loop's
   iterable, directly or through one local): reported at the method's own ``def``, where the decorator
   went missing.
@@ -119,6 +123,19 @@ class TypeIndex:
         with self.model.loading():
             ref = self.model.resolve_import(target)
         return ref if ref is not None and ref.kind == "class" else None
+
+    def narrowed_to(self, facts: dict[str, Any], dotted: str, scope: str, line: int) -> list[Ref | None]:
+        """The classes the ``isinstance(dotted, ...)`` checks of ``scope`` (and of the functions around
+        it) at or before ``line`` say ``dotted`` may be; None for a class the index cannot resolve."""
+        out: list[Ref | None] = []
+        qual = scope
+        while qual:
+            fn = facts["functions"].get(qual)
+            for at, classes in (fn or {}).get("narrowed", {}).get(dotted, []):
+                if at <= line:
+                    out.extend(self.class_ref(facts, name) if name != "?" else None for name in classes)
+            qual = qual.rpartition(".")[0]
+        return out
 
     def of_attribute(self, ref: Ref, attr: str, depth: int) -> Ref | None:
         """The type of ``instance_of_ref.attr``: its ``self.attr = ...`` assignments, a field or
@@ -257,9 +274,16 @@ class AddedCodeRules:
         ref = self.types.of_expression(facts, base, scope, cls)
         if ref is None or self.defines(ref, attr) is not False:
             return None
+        narrowed: list[Ref] = []
+        for other in self.types.narrowed_to(facts, base, scope, line):
+            if other is None or self.defines(other, attr) is not False:
+                return None  # an isinstance check says it may be a class that has it (or one not known)
+            narrowed.append(other)
         verb = "assigns" if ctx == "store" else "reads"
+        names = list(dict.fromkeys(n.qualname for n in narrowed if n != ref))
+        nor = f", nor {' or '.join(names)}, which an isinstance check narrows {base} to" if names else ""
         return NameProblem(facts["path"], line, f"`{base}.{attr}` {verb} {attr}, which {ref.qualname} "
-                           f"({ref.module}) does not define", f"use a field of {ref.qualname}, or fix the name")
+                           f"({ref.module}) does not define{nor}", f"use a field of {ref.qualname}, or fix the name")
 
     def _methods_used_as_values(self, facts: dict[str, Any], added: frozenset[int]) -> Iterator[NameProblem]:
         through_locals: dict[tuple[str, str], str] = {}  # (scope, "a.b") -> local that holds it as a value

@@ -3,7 +3,8 @@
 Pipeline: a bytes-regex prefilter over the tree picks the files worth parsing; each picked file is
 parsed once with the standard library's ``ast`` and one recursive pass extracts its *facts*
 (definitions, imports, calls, attribute references and uses, ``self`` attribute reads and writes with
-what they are assigned, algorithm dispatch sites, the family helpers' definitions). Facts are plain
+what they are assigned, the classes ``isinstance`` checks narrow a value to, algorithm dispatch sites,
+the family helpers' definitions). Facts are plain
 JSON, cached under ``<cache_dir>/pyindex/`` keyed by the file's content hash plus the extraction
 settings, so a warm run reads JSON instead of parsing.
 
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from patchkit.manifest import Manifest
 
-FACTS_SCHEMA = 10  # bump when the facts layout or extraction logic changes
+FACTS_SCHEMA = 11  # bump when the facts layout or extraction logic changes
 
 # Spec-algorithm helpers whose call is a dispatch site (map §2).
 DEFAULT_HELPERS = (
@@ -342,6 +343,16 @@ def _type_hint(value: ast.AST, params: dict[str, str], local_hints: dict[str, st
     return f"same:{source}"
 
 
+def _isinstance_classes(node: ast.AST) -> list[str]:
+    """The classes ``isinstance``'s second argument may name: a class, a tuple of them, either side
+    of ``A if cond else B``; ``"?"`` for anything else (a variable, a call), whose class is unknown."""
+    if isinstance(node, ast.Tuple):
+        return [name for el in node.elts for name in _isinstance_classes(el)]
+    if isinstance(node, ast.IfExp):
+        return _isinstance_classes(node.body) + _isinstance_classes(node.orelse)
+    return [dotted(node) or "?"]
+
+
 class _Scope:
     __slots__ = ("cls", "function", "kind", "name", "qualname")
 
@@ -532,6 +543,7 @@ class FactCollector:
             "locals": {},  # name -> type hint (see _type_hint), "?" when assigned differently
             "value_names": [],  # local names used as numbers or sequences (operands, range(), ...)
             "loop_strings": {},  # loop variables over a literal tuple of strings
+            "narrowed": {},  # expression -> [[line, [class, ...]], ...] from isinstance(expression, classes)
         }
         self.facts["functions"].setdefault(qual, entry)
         in_enum = any(s.kind == "class" and s.name == self.settings.enum_name for s in self.scopes)
@@ -730,6 +742,8 @@ class FactCollector:
         callee = dotted(node.func)
         if callee in ("setattr", "vars") and node.args and dotted(node.args[0]) == "self" and self.current_class:
             self._dynamic_self(node, callee)
+        if callee == "isinstance" and len(node.args) == 2:
+            self._narrowing(node)
         if callee is None or not self.family.search(callee):
             return
         self.facts["calls"].append({
@@ -743,6 +757,14 @@ class FactCollector:
             "scope": self.qualname,
             "cls": self.current_class,
         })
+
+    def _narrowing(self, node: ast.Call) -> None:
+        """``isinstance(x, T)`` anywhere in a function: from that line on, ``x`` may be a ``T`` (the
+        xref gate takes T as a possible type besides the declared one; it never tracks the branch)."""
+        function = self._function()
+        subject = dotted(node.args[0])
+        if function is not None and subject is not None:
+            function["narrowed"].setdefault(subject, []).append([node.lineno, _isinstance_classes(node.args[1])])
 
     def _dynamic_self(self, node: ast.Call, callee: str) -> None:
         """``setattr(self, name, v)`` assigns ``name`` when it is a literal (or a loop over literals);

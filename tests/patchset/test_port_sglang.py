@@ -47,9 +47,6 @@ def port(*args: str, env: dict) -> dict:
     return json.loads(done.stdout)["result"]
 
 
-@pytest.mark.xfail(strict=True, reason="since issue 16's typed-attribute rule, xref reports the ported set's "
-                   "`verify_input.accept_index` read in dflash_worker.py (verify_input is batch.spec_info, typed "
-                   "SpecInput, which has no accept_index) on 0.5.13: to be declared in the set or fixed in its patch")
 def test_v1_ports_to_sglang_0_5_13_with_a_report_and_a_verified_result(sglang_home, tmp_path):
     env = {"PATCHKIT_HOME": str(sglang_home)}
     src = tmp_path / "sets" / "v1"

@@ -149,3 +149,83 @@ def test_uses_in_the_sets_own_tests_count(make_ctx):
     messages = {f.message for f in errors(make_ctx(files))}
     assert "family function build_ddtree is never called" not in messages
     assert "family class DDTreeInput is defined but never instantiated or subclassed" in messages
+
+
+SPEC = '''\
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+class SpecInput:
+    def __init__(self, kind):
+        self.kind = kind
+
+
+@dataclass
+class DFlashVerifyInput(SpecInput):
+    draft_token_num: int = 0
+
+
+@dataclass
+class DDTreeVerifyInput(SpecInput):
+    draft_token_num: int = 0
+    accept_index: Optional[list] = field(default=None, init=False)
+
+
+@dataclass
+class Batch:
+    spec_info: Optional[SpecInput] = None
+'''
+NARROWED = '''\
+from pkg.spec import Batch, DDTreeVerifyInput, DFlashVerifyInput
+
+
+class Worker:
+    def __init__(self, is_ddtree):
+        self.is_ddtree = is_ddtree
+        DDTreeVerifyInput(), DFlashVerifyInput()
+
+    def verify(self, batch: Batch):
+        verify_input = batch.spec_info
+        assert isinstance(
+            verify_input, DDTreeVerifyInput if self.is_ddtree else DFlashVerifyInput
+        )
+        return verify_input.accept_index if self.is_ddtree else None
+'''
+
+
+def typed_errors(make_ctx, worker: str) -> list[str]:
+    """The typed-attribute findings on a worker reading ``batch.spec_info`` (typed by the base class)."""
+    ctx = make_ctx({**PKG, "@base/python/pkg/spec.py": SPEC, "python/pkg/worker.py": worker})
+    return [f"{f.line}: {f.message}" for f in errors(ctx) if "does not define" in f.message]
+
+
+def test_isinstance_narrowing_to_a_subclass_allows_its_attributes(make_ctx):
+    # `batch.spec_info` is typed SpecInput, which has no accept_index; the isinstance check says it may be
+    # DDTreeVerifyInput (one side of the conditional), which has: the read is not reported
+    assert typed_errors(make_ctx, NARROWED) == []
+    as_tuple = NARROWED.replace("DDTreeVerifyInput if self.is_ddtree else DFlashVerifyInput",
+                                "(DDTreeVerifyInput, DFlashVerifyInput)")
+    assert typed_errors(make_ctx, as_tuple) == []
+    guard = NARROWED.replace("assert isinstance(", "if not isinstance(").replace(
+        "        )\n        return", "        ):\n            raise TypeError(verify_input)\n        return")
+    assert typed_errors(make_ctx, guard) == []
+    unknown = NARROWED.replace("DDTreeVerifyInput if self.is_ddtree else DFlashVerifyInput", "self.is_ddtree")
+    assert typed_errors(make_ctx, unknown) == [], "a class the index cannot resolve makes the type unknown"
+
+
+def test_a_name_no_narrowed_class_defines_is_still_reported(make_ctx):
+    assert typed_errors(make_ctx, NARROWED.replace(".accept_index", ".accept_indx")) == [
+        "14: `verify_input.accept_indx` reads accept_indx, which SpecInput (pkg.spec) does not define, nor "
+        "DDTreeVerifyInput or DFlashVerifyInput, which an isinstance check narrows verify_input to"]
+    # without the check, or before it, the value is only known to be a SpecInput
+    check = ("        assert isinstance(\n"
+             "            verify_input, DDTreeVerifyInput if self.is_ddtree else DFlashVerifyInput\n        )\n")
+    assert check in NARROWED
+    unchecked = NARROWED.replace(check, "")
+    assert typed_errors(make_ctx, unchecked) == [
+        "11: `verify_input.accept_index` reads accept_index, which SpecInput (pkg.spec) does not define"]
+    before = NARROWED.replace("        verify_input = batch.spec_info\n",
+                              "        verify_input = batch.spec_info\n        early = verify_input.accept_index\n")
+    assert typed_errors(make_ctx, before) == [
+        "11: `verify_input.accept_index` reads accept_index, which SpecInput (pkg.spec) does not define"]

@@ -435,8 +435,14 @@ def test_the_mask_is_sized_from_the_host_bound_not_the_device_lengths():
     # seq_lens_cpu + L, which covers the device lengths, and never read the device.
     _, _, w = run_rounds(prompts=PROMPTS, budget=16, block_size=8, topk=16, overlap=True, rounds=3)
     batch = SimpleNamespace(seq_lens_cpu=torch.tensor([5, 9]))
-    bound = w._host_prefix_bound(batch, SimpleNamespace(reserved_seq_lens_cpu=None))
+    bound = w._host_prefix_bound(batch, SimpleNamespace(nxt_kv_lens_cpu=None))
     assert bound.tolist() == [13, 17] and bound.device.type == "cpu"
+    # Backends that keep no CPU lengths: the lengths reserved for the next round bound it.
+    reserved = SimpleNamespace(nxt_kv_lens_cpu=torch.tensor([14, 30], dtype=torch.int32))
+    bound = w._host_prefix_bound(SimpleNamespace(seq_lens_cpu=None), reserved)
+    assert bound.tolist() == [14, 30] and bound.dtype == torch.int64
+    with pytest.raises(RuntimeError, match="needs host sequence lengths"):
+        w._host_prefix_bound(SimpleNamespace(seq_lens_cpu=None), SimpleNamespace(nxt_kv_lens_cpu=None))
     far = SimpleNamespace(seq_lens_cpu=torch.tensor([CTX * 2]))
     assert w._host_prefix_bound(far, None).tolist() == [CTX - w.verify_width]  # clamped to context
 

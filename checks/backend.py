@@ -363,31 +363,47 @@ def _trace(ctx: VerifyContext, row: dict[str, Any], problems: list[str],
 
 
 _QUOTED = re.compile(r"'([^'\s]+)'")
+ANY_FIELD = "*"
+BACKEND_FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+_DERIVED_BACKENDS = {"verify_backend": "verify_backend", "tree_mask": "verify_backend",
+                     "other_backend": "other_backend", "other_tree_mask": "other_backend"}
 
 
-def _failed_values(case: dict[str, Any], values: dict[str, Any], algorithm: str) -> set[str]:
-    """The values a failing case is about, of those a field can hold: what the tree refused when it
-    should not have (the quoted names in its message), or the backend and expected fields it resolved
-    wrongly. A case that fails for another reason (a refusal naming the wrong flag, a refusal that
-    never came, the command line disagreeing) is about no value."""
+def _failed_values(case: dict[str, Any], values: dict[str, Any], algorithm: str) -> set[tuple[str, str]]:
+    """The (field, value) pairs a failing case is about: what the tree refused when it should not have
+    (the quoted names in its message, in any field), the expected fields it resolved otherwise, and the
+    backend fields behind a verify backend without the tree mask. A case that fails for another reason
+    (a refusal naming the wrong flag, a refusal that never came, the command line disagreeing) is
+    about no value."""
     if "error" in values:
         exception = case.get("exception")
         unexpected = (not case["expect_error"] and not case.get("expect_error_flag") and not exception
                       and (case.get("generated") is None or case.get("expect_resolves")))
         wrong = ((case["expect_error"] and case["expect_error"] not in values["error"])
                  or (exception is not None and exception["error"] not in values["error"]))
-        return set(_QUOTED.findall(values["error"])) if unexpected or wrong else set()
-    failed = {str(got) for key, want in case["expect"].items()
-              if (got := values.get(ALIASES.get(key, key))) != want and got is not None}
+        return {(ANY_FIELD, v) for v in _QUOTED.findall(values["error"])} if unexpected or wrong else set()
+
+    def backends(derived: str) -> set[tuple[str, str]]:
+        return {(field, str(values.get(derived))) for field in BACKEND_FIELDS}
+
+    failed: set[tuple[str, str]] = set()
+    for key, want in case["expect"].items():
+        field = ALIASES.get(key, key)
+        if values.get(field, "<missing>") == want:
+            continue
+        if field in _DERIVED_BACKENDS:
+            failed |= backends(_DERIVED_BACKENDS[field])
+        elif values.get(field) is not None:
+            failed.add((field, str(values[field])))
     if str(values.get("speculative_algorithm", "")).upper() == algorithm:
         if not values.get("tree_mask"):
-            failed.add(str(values.get("verify_backend")))
+            failed |= backends("verify_backend")
         elif values.get("other_tree_mask") is False:
-            failed.add(str(values.get("other_backend")))
+            failed |= backends("other_backend")
     return failed
 
 
-def _produced(ctx: VerifyContext, row: dict[str, Any], failed: set[str],
+def _produced(ctx: VerifyContext, row: dict[str, Any], failed: set[tuple[str, str]],
               added: dict[str, frozenset[int]]) -> tuple[tuple[str, int, str], ...]:
     """The added lines that produced a field's last value where that value is one the case failed on
     (``origins`` from the probe: the ``return`` or assignment that made the value, followed up through
@@ -397,9 +413,10 @@ def _produced(ctx: VerifyContext, row: dict[str, Any], failed: set[str],
         rel = tree_relative(ctx, file) if file else None
         if rel is None or line is None or int(line) not in added.get(rel, frozenset()):
             continue
-        shown = {str(value), str(effective_backend(value, row.get("use_mla")))} if isinstance(value, str) else {
-            str(value)}
-        if shown & failed:
+        shown = {str(value)}
+        if name in BACKEND_FIELDS and isinstance(value, str):
+            shown.add(str(effective_backend(value, row.get("use_mla"))))  # flashinfer on MLA: flashinfer_mla
+        if any((field, v) in failed for field in (name, ANY_FIELD) for v in shown):
             out.append((rel, int(line), f"{name} = {value!r}"))
     return tuple(out)
 
@@ -475,8 +492,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
                                     hint="fix the tree's DDTREE resolution or the declared expectation"))
         if result.traced and result.problems:
             traced.setdefault(result.traced, []).append(f"{result.name}: {result.problems[0]}")
-        for file, line, assignment in result.produced:
-            traced.setdefault((file, line), []).append(f"{result.name}: {assignment} came from here; "
+        for source, number, assignment in result.produced:
+            traced.setdefault((source, number), []).append(f"{result.name}: {assignment} came from here; "
                                                        f"{result.problems[0]}")
     for (file, line), failures in traced.items():
         more = f" (and {len(failures) - 1} more case(s))" if len(failures) > 1 else ""

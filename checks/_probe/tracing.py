@@ -37,14 +37,13 @@ class Provenance:
         # id(frame) -> (frame, value, line the frame was on, origin file, origin line): the last value a
         # traced callee returned into that frame. The frame is held so that its id is not reused.
         self._into: dict[int, tuple[Any, Any, int, str, int]] = {}
-        self._statements: dict[str, dict[int, int]] = {}
 
     def statement(self, file: str, line: int) -> int:
         """The first line of the innermost statement holding ``line`` (a compound statement owns its
         header lines only), so two lines of one multi-line statement compare equal."""
-        starts = self._statements.get(file)
+        starts = _STATEMENTS.get(file)
         if starts is None:
-            starts = self._statements[file] = _statement_starts(file)
+            starts = _STATEMENTS[file] = _statement_starts(file)
         return starts.get(line, line)
 
     def _received(self, frame: Any, value: Any) -> tuple[str, int] | None:
@@ -100,6 +99,10 @@ class Provenance:
             else:
                 type.__setattr__(cls, "__setattr__", own)
             self._into.clear()
+
+
+#: Per file, each line's statement start; parsed once per process (the probe resolves many cases).
+_STATEMENTS: dict[str, dict[int, int]] = {}
 
 
 def _statement_starts(file: str) -> dict[int, int]:

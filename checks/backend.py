@@ -23,7 +23,12 @@ which flag gets an explicit backend, topk, deterministic inference, page size, .
   Flag problems are reported at the flag's ``add_argument`` line in the tree.
 
 A failing case also names the line the series added that it traces back to (the ``raise`` that
-refused it, or the added line that ran and mentions the wrong value), as a second finding there.
+refused it, or the added line that ran and mentions the wrong value), as a second finding there;
+and when the value it failed on (a backend the tree refused, a backend without the tree mask, a
+field other than expected) was produced by an added line, that line too: the probe follows each
+field's last value back to the ``return`` or assignment in a touched file that made it (a default
+that picks 'fa3' in an added helper, stored by the base's own code), so the finding names the
+default, not only the check that refused it. A value the base's code produced names no added line.
 
 Each row also records what ``is_no_spec_infer_or_topk_one`` returns (with the user's topk, as the
 generic default rule sees it, and with the resolved args) and which backend the generic rule picks:
@@ -70,7 +75,7 @@ DESCRIPTION = "the tree's ServerArgs resolves DDTREE to tree-mask-safe backends 
 PROBE = Path(__file__).parent / "_backend" / "probe.py"
 TRACING = Path(__file__).parent / "_probe" / "tracing.py"
 DEFAULT_EXPECTATIONS = "expectations/backend.toml"
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # rows carry each field's origin
 
 # Expectation keys that are names for row fields.
 ALIASES = {
@@ -94,6 +99,8 @@ class CaseResult:
     problems: tuple[str, ...]
     line: int | None = None  # the case's [[case]] line in the expectations file (or [matrix]'s)
     traced: tuple[str, int] | None = None  # the added tree line the failure traces back to
+    # (file, line, "field = value"): the added lines that produced a value the case failed on
+    produced: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -355,13 +362,72 @@ def _trace(ctx: VerifyContext, row: dict[str, Any], problems: list[str],
     return trace_back(ctx, row.get("executed", []), added, tokens, None, row.get("raised_at"))
 
 
+_QUOTED = re.compile(r"'([^'\s]+)'")
+ANY_FIELD = "*"
+BACKEND_FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+_DERIVED_BACKENDS = {"verify_backend": "verify_backend", "tree_mask": "verify_backend",
+                     "other_backend": "other_backend", "other_tree_mask": "other_backend"}
+
+
+def _failed_values(case: dict[str, Any], values: dict[str, Any], algorithm: str) -> set[tuple[str, str]]:
+    """The (field, value) pairs a failing case is about: what the tree refused when it should not have
+    (the quoted names in its message, in any field), the expected fields it resolved otherwise, and the
+    backend fields behind a verify backend without the tree mask. A case that fails for another reason
+    (a refusal naming the wrong flag, a refusal that never came, the command line disagreeing) is
+    about no value."""
+    if "error" in values:
+        exception = case.get("exception")
+        unexpected = (not case["expect_error"] and not case.get("expect_error_flag") and not exception
+                      and (case.get("generated") is None or case.get("expect_resolves")))
+        wrong = ((case["expect_error"] and case["expect_error"] not in values["error"])
+                 or (exception is not None and exception["error"] not in values["error"]))
+        return {(ANY_FIELD, v) for v in _QUOTED.findall(values["error"])} if unexpected or wrong else set()
+
+    def backends(derived: str) -> set[tuple[str, str]]:
+        return {(field, str(values.get(derived))) for field in BACKEND_FIELDS}
+
+    failed: set[tuple[str, str]] = set()
+    for key, want in case["expect"].items():
+        field = ALIASES.get(key, key)
+        if values.get(field, "<missing>") == want:
+            continue
+        if field in _DERIVED_BACKENDS:
+            failed |= backends(_DERIVED_BACKENDS[field])
+        elif values.get(field) is not None:
+            failed.add((field, str(values[field])))
+    if str(values.get("speculative_algorithm", "")).upper() == algorithm:
+        if not values.get("tree_mask"):
+            failed |= backends("verify_backend")
+        elif values.get("other_tree_mask") is False:
+            failed |= backends("other_backend")
+    return failed
+
+
+def _produced(ctx: VerifyContext, row: dict[str, Any], failed: set[tuple[str, str]],
+              added: dict[str, frozenset[int]]) -> tuple[tuple[str, int, str], ...]:
+    """The added lines that produced a field's last value where that value is one the case failed on
+    (``origins`` from the probe: the ``return`` or assignment that made the value, followed up through
+    the calls that passed it on). A value the base's own code produced traces back to no added line."""
+    out = []
+    for name, (file, line, value) in sorted(row.get("origins", {}).items()):
+        rel = tree_relative(ctx, file) if file else None
+        if rel is None or line is None or int(line) not in added.get(rel, frozenset()):
+            continue
+        shown = {str(value)}
+        if name in BACKEND_FIELDS and isinstance(value, str):
+            shown.add(str(effective_backend(value, row.get("use_mla"))))  # flashinfer on MLA: flashinfer_mla
+        if any((field, v) in failed for field in (name, ANY_FIELD) for v in shown):
+            out.append((rel, int(line), f"{name} = {value!r}"))
+    return tuple(out)
+
+
 def evaluate(ctx: VerifyContext) -> Evaluation:
     """Every case, resolved and checked (keywords and command line); also the flags' problems."""
     spec, rel = _load_expectations(ctx)
     cases, coverage = _build_cases(spec, rel)
     table = spec.get("tree_mask", {})
     stub_folder, _ = envs.stubs(ctx, NAME)
-    added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")])
+    added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")], ctx.base_commit)
     request = _request(ctx, spec, cases, [str(stub_folder)] if stub_folder else [], added)
     payload = _probe_payload(ctx, request, stub_folder)
     rows = {row["name"]: row for row in payload["rows"]}
@@ -374,8 +440,9 @@ def evaluate(ctx: VerifyContext) -> Evaluation:
         problems = _check_case(case, values, algorithm) + _check_generated(case, values, algorithm)
         problems += _check_cli(values, row.get("cli"))
         traced = _trace(ctx, row, problems, added) if problems else None
+        produced = _produced(ctx, row, _failed_values(case, values, algorithm), added) if problems else ()
         name = case["name"] + (f" ({describe_row(case['generated'])})" if case.get("generated") else "")
-        results.append(CaseResult(name, values, tuple(problems), case["line"], traced))
+        results.append(CaseResult(name, values, tuple(problems), case["line"], traced, produced))
     flag_problems = []
     for flag in payload.get("flags", []):
         file = tree_relative(ctx, flag["file"]) if flag.get("file") else None
@@ -425,6 +492,9 @@ def run(ctx: VerifyContext) -> list[Finding]:
                                     hint="fix the tree's DDTREE resolution or the declared expectation"))
         if result.traced and result.problems:
             traced.setdefault(result.traced, []).append(f"{result.name}: {result.problems[0]}")
+        for source, number, assignment in result.produced:
+            traced.setdefault((source, number), []).append(f"{result.name}: {assignment} came from here; "
+                                                       f"{result.problems[0]}")
     for (file, line), failures in traced.items():
         more = f" (and {len(failures) - 1} more case(s))" if len(failures) > 1 else ""
         findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
@@ -538,9 +608,118 @@ def _example_tree(topk_line: str) -> dict[str, str]:
     }
 
 
+# The trace-back to the line that produced a refused value: a base ServerArgs whose default backend
+# the set routes through its own DDTREE default (an added helper), stored by the base's assignment,
+# and the set's refusal of a backend without the tree mask.
+_TRACE_BASE = '''\
+from dataclasses import dataclass
+
+
+def is_hopper_with_cuda_12_3():
+    return False
+
+
+@dataclass
+class ServerArgs:
+    model_path: str = ""
+    speculative_draft_model_path: str = None
+    device: str = "cuda"
+    skip_tokenizer_init: bool = False
+    speculative_algorithm: str = None
+    speculative_eagle_topk: int = None
+    attention_backend: str = None
+
+    def use_mla_backend(self):
+        return False
+
+    def get_model_config(self):
+        return None
+
+    def _get_default_attn_backend(self, use_mla, model_config):
+        return BASE_DEFAULT
+
+    def __post_init__(self):
+        if self.attention_backend is None:
+            self.attention_backend = self._get_default_attn_backend(
+                False, None
+            )
+
+    def get_attention_backends(self):
+        return self.attention_backend, self.attention_backend
+'''
+_TRACE_SET_DEFAULT = '''\
+    def _get_default_attn_backend(self, use_mla, model_config):
+        if self.speculative_algorithm == "DDTREE":
+            return self._get_default_ddtree_attn_backend()
+        return BASE_DEFAULT
+
+    def _get_default_ddtree_attn_backend(self):
+        return DDTREE_DEFAULT
+'''
+_TRACE_SET_CHECK = '''\
+    def __post_init__(self):
+        if self.attention_backend is None:
+            self.attention_backend = self._get_default_attn_backend(
+                False, None
+            )
+        if self.speculative_algorithm == "DDTREE":
+            self.speculative_eagle_topk = 8
+            if self.attention_backend not in ("flashinfer", "triton"):
+                raise ValueError(
+                    f"DDTREE: attention backend '{self.attention_backend}' does not apply the tree mask"
+                )
+'''
+_TRACE_EXPECT = '''\
+module = "sglang.srt.server_args"
+probes = ["is_hopper_with_cuda_12_3"]
+
+[tree_mask]
+triton = "yes"
+flashinfer = "yes"
+fa3 = "topk>1"
+
+[hardware.hopper]
+probes_on = ["is_hopper_with_cuda_12_3"]
+
+[models.tiny]
+architectures = ["LlamaForCausalLM"]
+
+[[case]]
+name = "ddtree default"
+hardware = "hopper"
+target = "tiny"
+args = { speculative_algorithm = "DDTREE" }
+'''
+
+
+def traced_example_tree(ddtree_default: str | None, base_default: str = "triton") -> dict[str, str]:
+    """The trace-back fixture: with ``ddtree_default`` the set adds a DDTREE default returning it
+    (an added line); with None the set only adds its refusal and the value comes from the base."""
+    base = _TRACE_BASE
+    default = "    def _get_default_attn_backend(self, use_mla, model_config):\n        return BASE_DEFAULT\n"
+    patched = base
+    if ddtree_default is not None:
+        patched = patched.replace(default, _TRACE_SET_DEFAULT).replace("DDTREE_DEFAULT", repr(ddtree_default))
+    start = patched.index("    def __post_init__(self):")
+    end = patched.index("    def get_attention_backends(self):")
+    patched = patched[:start] + _TRACE_SET_CHECK + "\n" + patched[end:]
+    return {
+        "python/sglang/__init__.py": "",
+        "python/sglang/srt/__init__.py": "",
+        "@base/python/sglang/srt/server_args.py": base.replace("BASE_DEFAULT", repr(base_default)),
+        "python/sglang/srt/server_args.py": patched.replace("BASE_DEFAULT", repr(base_default)),
+        "@set/expectations/backend.toml": _TRACE_EXPECT,
+    }
+
+
 EXAMPLES = (
     Example(name="tree topk keeps fa3 on its mask path", files=_example_tree("self.speculative_eagle_topk = 4"),
             passes=True, config={"interpreter": "current"}),
     Example(name="fa3 with topk 1 ignores the tree mask", files=_example_tree("self.speculative_eagle_topk = 1"),
             passes=False, expect="ignores the tree mask", config={"interpreter": "current"}),
+    Example(name="an added DDTREE default picks a tree-mask backend", files=traced_example_tree("triton"),
+            passes=True, config={"interpreter": "current"}),
+    Example(name="an added DDTREE default picks a backend the set refuses", files=traced_example_tree("fa3"),
+            passes=False, expect="traces back to this added line: ddtree default: attention_backend = 'fa3' came "
+            "from here", config={"interpreter": "current"}),
 )

@@ -10,7 +10,9 @@ the target tree. Reads a JSON request on stdin::
 
 and writes one JSON row per case on stdout (after a marker line, so that log noise on stdout
 cannot corrupt the result). Each row holds the resolved fields or the error text, plus what
-``is_no_spec_infer_or_topk_one`` says and what the generic (pre-DDTREE) backend rule picks.
+``is_no_spec_infer_or_topk_one`` says and what the generic (pre-DDTREE) backend rule picks, and
+(``origins``) the line of a touched file that produced each field's last value, so that a refused or
+wrong value can be traced back to the added line behind it.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ from types import ModuleType
 from typing import Any
 
 try:  # in the repository (type checkers, tests)
-    from patchkit.checks._probe.tracing import code_key, lines_run
+    from patchkit.checks._probe.tracing import Provenance, code_key, lines_run
 except ImportError:  # run as a script in the isolated environment, where only its folder is known
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_probe"))
-    from tracing import code_key, lines_run  # type: ignore[import-not-found,no-redef]
+    from tracing import Provenance, code_key, lines_run  # type: ignore[import-not-found,no-redef]
 
 MARKER = "=== patchkit probe rows ==="
 _ADDED: dict[str, set[int]] = {}  # the request's added lines per touched file: the only lines traced
@@ -229,7 +231,9 @@ def _construct(module: ModuleType, build: Callable[[], Any], row: dict[str, Any]
                touched: set[str]) -> None:
     """Build ServerArgs with ``build``; fill ``row`` with its values, or the error and where it rose."""
     user_topk, user_page = kwargs.get("speculative_eagle_topk"), kwargs.get("page_size")
-    with lines_run(_ADDED or touched) as executed:
+    traced = _ADDED or touched
+    provenance = Provenance(FIELDS, traced)
+    with provenance.watching(module.ServerArgs), lines_run(traced, provenance) as executed:
         try:
             args = build()
             if _pipeline(args):  # 0.5.23+: construction leaves the record unresolved
@@ -242,6 +246,7 @@ def _construct(module: ModuleType, build: Callable[[], Any], row: dict[str, Any]
             row["raised_at"] = _raised_at(exc, touched)
             args = None
     row["executed"] = executed
+    row["origins"] = provenance.origins  # where each field's last value was produced (the trace-back)
     if args is not None:
         _fill(module, row, args, user_topk, user_page)
 
@@ -351,6 +356,7 @@ def _through_cli(module: ModuleType, cli: CommandLine, kwargs: dict[str, Any], t
     _construct(module, build, cli_row, kwargs, touched)
     cli_row.pop("_stderr", None)
     cli_row.pop("executed", None)
+    cli_row.pop("origins", None)
     return cli_row
 
 

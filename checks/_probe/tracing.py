@@ -1,10 +1,12 @@
 """Probe-side helper (standard library only; probes import it by path): record which lines of the
-tree's touched files run while a call executes, so a failing check can name the added line behind it."""
+tree's touched files run while a call executes, so a failing check can name the added line behind it,
+and (:class:`Provenance`) which line produced the value a watched attribute last received."""
 
 from __future__ import annotations
 
+import ast
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -14,11 +16,116 @@ def code_key(code: Any) -> str:
     return f"{code.co_filename}:{code.co_firstlineno}:{code.co_name}"
 
 
+class Provenance:
+    """Where the value each watched attribute last received was produced.
+
+    A value's origin is the line that made it: the ``return`` of the innermost traced function that
+    returned that very object up a chain of traced calls (``return "fa3"`` in a helper, returned on by
+    its callers, stored by ``self.attention_backend = self._default(...)`` in base code), else the
+    line that stores it (a literal or an expression computed there). The chain is followed through
+    the traced files only and within one statement of each frame: a value that went through a local
+    variable, or through an untraced file, originates at the line that stored or returned it last.
+
+    ``returned`` is fed by :func:`lines_run`'s tracer, ``stored`` by :meth:`watching`'s attribute
+    hook; :attr:`origins` maps each watched attribute to ``[file, line, value]`` (file and line None
+    when the last write came from outside the traced files)."""
+
+    def __init__(self, watched: Iterable[str], files: Iterable[str]):
+        self.watched = frozenset(watched)
+        self.files = frozenset(files)
+        self.origins: dict[str, list[Any]] = {}
+        # id(frame) -> (frame, value, line the frame was on, origin file, origin line): the last value a
+        # traced callee returned into that frame. The frame is held so that its id is not reused.
+        self._into: dict[int, tuple[Any, Any, int, str, int]] = {}
+
+    def statement(self, file: str, line: int) -> int:
+        """The first line of the innermost statement holding ``line`` (a compound statement owns its
+        header lines only), so two lines of one multi-line statement compare equal."""
+        starts = _STATEMENTS.get(file)
+        if starts is None:
+            starts = _STATEMENTS[file] = _statement_starts(file)
+        return starts.get(line, line)
+
+    def _received(self, frame: Any, value: Any) -> tuple[str, int] | None:
+        """The origin of ``value`` if a traced callee returned it into ``frame`` in its current statement."""
+        entry = self._into.get(id(frame))
+        if entry is None or entry[0] is not frame or entry[1] is not value:
+            return None
+        file = frame.f_code.co_filename
+        if self.statement(file, entry[2]) != self.statement(file, frame.f_lineno):
+            return None
+        return entry[3], entry[4]
+
+    def returned(self, frame: Any, value: Any) -> None:
+        """A traced frame returns ``value``: pass the value's origin to its caller when the caller is traced."""
+        origin = self._received(frame, value) or (frame.f_code.co_filename, frame.f_lineno)
+        self._into.pop(id(frame), None)  # the frame is done
+        caller = frame.f_back
+        if caller is not None and caller.f_code.co_filename in self.files:
+            self._into[id(caller)] = (caller, value, caller.f_lineno, origin[0], origin[1])
+
+    def stored(self, frame: Any, name: str, value: Any) -> None:
+        """``frame`` stores ``value`` into the watched attribute ``name``."""
+        file = frame.f_code.co_filename if frame is not None else None
+        origin: tuple[str | None, int | None] = (None, None)
+        if file in self.files:
+            origin = self._received(frame, value) or (file, frame.f_lineno)
+        shown = value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+        self.origins[name] = [origin[0], origin[1], shown]
+
+    @contextmanager
+    def watching(self, cls: type) -> Iterator[None]:
+        """Record writes of the watched attributes on instances of ``cls`` (through its own
+        ``__setattr__`` when it has one). A class that refuses the hook is simply not watched."""
+        own = cls.__dict__.get("__setattr__")
+        write = getattr(cls, "__setattr__")  # noqa: B009 - the inherited one when cls has none
+        provenance = self
+
+        def recording(obj: Any, name: str, value: Any) -> None:
+            if name in provenance.watched:
+                provenance.stored(sys._getframe(1), name, value)
+            write(obj, name, value)
+
+        try:
+            type.__setattr__(cls, "__setattr__", recording)
+        except (TypeError, AttributeError):
+            yield
+            return
+        try:
+            yield
+        finally:
+            if own is None:
+                type.__delattr__(cls, "__setattr__")
+            else:
+                type.__setattr__(cls, "__setattr__", own)
+            self._into.clear()
+
+
+#: Per file, each line's statement start; parsed once per process (the probe resolves many cases).
+_STATEMENTS: dict[str, dict[int, int]] = {}
+
+
+def _statement_starts(file: str) -> dict[int, int]:
+    try:
+        with open(file, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    starts: dict[int, int] = {}
+    for node in ast.walk(tree):  # outer statements first: inner ones overwrite their own lines
+        if isinstance(node, ast.stmt):
+            for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                starts[line] = node.lineno
+    return starts
+
+
 @contextmanager
-def lines_run(files: Mapping[str, set[int] | None] | set[str]) -> Iterator[list[tuple[str, int, str]]]:
+def lines_run(files: Mapping[str, set[int] | None] | set[str],
+              provenance: Provenance | None = None) -> Iterator[list[tuple[str, int, str]]]:
     """Collect (file, line, function) for every line executed in ``files`` (absolute paths; with a
     dict, only its lines of each file: the added ones), in order, once each; ``function`` is
-    :func:`code_key` of the code object the line belongs to."""
+    :func:`code_key` of the code object the line belongs to. With ``provenance``, every return of a
+    frame in ``files`` is reported to it."""
     wanted: Mapping[str, set[int] | None] = files if isinstance(files, Mapping) else dict.fromkeys(files)
     seen: set[tuple[str, int]] = set()
     order: list[tuple[str, int, str]] = []
@@ -30,6 +137,8 @@ def lines_run(files: Mapping[str, set[int] | None] | set[str]) -> Iterator[list[
             if key not in seen and (lines is None or key[1] in lines):
                 seen.add(key)
                 order.append((key[0], key[1], code_key(frame.f_code)))
+        elif event == "return" and provenance is not None:
+            provenance.returned(frame, arg)
         return local
 
     def start(frame: Any, event: str, arg: Any) -> Callable[..., Any] | None:

@@ -175,11 +175,7 @@ def test_environment_gate_catches_its_seeded_defect(defect, clean_tree, seeded_h
 
 #: Rows caught with an error (so verify fails) but not yet at the defect's own line: strict xfail, so the
 #: row turns red the day the trace-back reaches the line and this entry must go.
-PRECISION_GAPS = {
-    "backend choice ignores the tree mask": "the refusal is reported at every case row of expectations/"
-    "backend.toml; since the probe records where the refusal was raised, no finding traces it back to the "
-    "default that picked 'fa3' (the edited line)",
-}
+PRECISION_GAPS: dict[str, str] = {}
 
 
 @pytest.mark.slow

@@ -122,3 +122,129 @@ def test_flashinfer_on_an_mla_model_is_judged_as_flashinfer_mla():
     case = {"expect_error": None, "expect": {}}
     assert any("ignores the tree mask" in p for p in _check_case(case, values, "DDTREE"))
     assert _derive({**row, "use_mla": False}, table)["tree_mask"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# The trace-back to the line that produced a refused value
+
+
+def _line_of(ctx, text: str) -> int:
+    lines = (ctx.root / "python/sglang/srt/server_args.py").read_text().splitlines()
+    numbers = [n for n, line in enumerate(lines, 1) if line.strip() == text]
+    assert len(numbers) == 1, (text, numbers)
+    return numbers[0]
+
+
+def test_a_refused_value_an_added_default_produced_traces_back_to_that_default(make_ctx):
+    """The set's DDTREE default returns 'fa3' (an added line); the base's own assignment stores it and the
+    set's check refuses it: besides the case row and the check, a finding names the default's line."""
+    ctx = make_ctx(backend.traced_example_tree("fa3"), CURRENT)
+    findings = [f for f in backend.run(ctx) if f.severity == Severity.ERROR]
+    default = _line_of(ctx, "return 'fa3'")
+    assert default in backend.added_lines(ctx.root, ["python/sglang/srt/server_args.py"], ctx.base_commit)[
+        "python/sglang/srt/server_args.py"]
+    at_default = [f for f in findings if (f.file, f.line) == ("python/sglang/srt/server_args.py", default)]
+    assert len(at_default) == 1
+    assert at_default[0].message.startswith("backend case failure traces back to this added line: ddtree default: "
+                                            "attention_backend = 'fa3' came from here; ServerArgs raised ValueError")
+    assert any(f.file == "expectations/backend.toml" and "attention backend 'fa3'" in f.message for f in findings)
+    result = backend.evaluate(ctx).results[0]
+    assert result.produced == (("python/sglang/srt/server_args.py", default, "attention_backend = 'fa3'"),)
+
+
+def test_a_refused_value_the_base_produced_traces_back_to_no_default(make_ctx):
+    """The same refusal, but the base's default picks 'fa3' and the set adds only the check: the case
+    fails, and no finding names the base's line or says where the value came from."""
+    ctx = make_ctx(backend.traced_example_tree(None, base_default="fa3"), CURRENT)
+    findings = [f for f in backend.run(ctx) if f.severity == Severity.ERROR]
+    base_default = _line_of(ctx, "return 'fa3'")
+    assert base_default not in backend.added_lines(ctx.root, ["python/sglang/srt/server_args.py"],
+                                                   ctx.base_commit)["python/sglang/srt/server_args.py"]
+    assert any(f.file == "expectations/backend.toml" and "attention backend 'fa3'" in f.message for f in findings)
+    assert not any(f.line == base_default for f in findings if f.file == "python/sglang/srt/server_args.py")
+    assert not any("came from here" in f.message for f in findings)
+    assert backend.evaluate(ctx).results[0].produced == ()
+
+
+def test_a_wrong_field_traces_back_to_the_added_line_that_set_it_and_only_that_field(make_ctx):
+    """Any field the case checks: an expected topk the set's resolution overrides names the added line
+    that set it; the added default whose 'triton' the case did not fail on is not named."""
+    text = backend._TRACE_EXPECT + 'expect = { topk = 4 }\n'
+    files = {**backend.traced_example_tree("triton"), "@set/expectations/backend.toml": text}
+    ctx = make_ctx(files, CURRENT)
+    result = backend.evaluate(ctx).results[0]
+    assert result.problems == ("topk: expected 4, got 8",)
+    topk = _line_of(ctx, "self.speculative_eagle_topk = 8")
+    assert result.produced == (("python/sglang/srt/server_args.py", topk, "speculative_eagle_topk = 8"),)
+
+
+def test_failed_values_are_the_refused_and_the_wrongly_resolved_ones():
+    from patchkit.checks.backend import ANY_FIELD, BACKEND_FIELDS, _failed_values
+
+    case = {"expect_error": None, "expect": {"backend": "triton"}}
+    assert _failed_values(case, {"error": "ValueError: backend 'fa3' ignores the mask"}, "DDTREE") == {
+        (ANY_FIELD, "fa3")}
+    refused_as_declared = {**case, "expect_error": "ignores"}
+    assert _failed_values(refused_as_declared, {"error": "ValueError: backend 'fa3' ignores"}, "DDTREE") == set()
+    refused_otherwise = {**case, "expect_error": "page size"}
+    assert _failed_values(refused_otherwise, {"error": "ValueError: backend 'fa3' x"}, "DDTREE") == {
+        (ANY_FIELD, "fa3")}
+    flag_naming = {**case, "expect_error_flag": "--decode-attention-backend", "generated": {"x": 1}}
+    assert _failed_values(flag_naming, {"error": "ValueError: 'fa3' (--prefill-attention-backend)"}, "DDTREE") == set()
+    resolved = {"attention_backend": "fa3", "verify_backend": "fa3", "tree_mask": False,
+                "speculative_algorithm": "DDTREE", "speculative_eagle_topk": 1}
+    assert _failed_values(case, resolved, "DDTREE") == {(f, "fa3") for f in BACKEND_FIELDS}
+    other = {**resolved, "tree_mask": True, "other_tree_mask": False, "other_backend": "trtllm_mha"}
+    assert _failed_values({**case, "expect": {}}, other, "DDTREE") == {(f, "trtllm_mha") for f in BACKEND_FIELDS}
+    assert _failed_values({**case, "expect": {"topk": 4}}, {**other, "other_tree_mask": True}, "DDTREE") == {
+        ("speculative_eagle_topk", "1")}
+
+
+def test_provenance_follows_a_value_up_the_returns_to_the_line_that_made_it(tmp_path):
+    """Probe-side: the origin of a stored value is the innermost traced ``return`` that produced that
+    object, followed through multi-line statements of its callers; a literal stored directly originates
+    at the store; a write from outside the traced files has no origin."""
+    import importlib.util
+
+    from patchkit.checks._probe.tracing import Provenance, lines_run
+
+    source = tmp_path / "fake_args.py"
+    source.write_text('''\
+class Args:
+    backend = None
+    mode = None
+
+    def _inner(self):
+        return "fa" + "3"
+
+    def _outer(self):
+        return self._inner(
+        )
+
+    def resolve(self):
+        self.backend = (
+            self._outer()
+        )
+        self.mode = "decode"
+
+    def overwrite_from_a_local(self):
+        value = self._outer()
+        self.backend = value
+''')
+    spec = importlib.util.spec_from_file_location("fake_args", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    files = {str(source)}
+    provenance = Provenance(["backend", "mode"], files)
+    with provenance.watching(module.Args), lines_run(files, provenance):
+        args = module.Args()
+        args.resolve()
+    assert provenance.origins == {"backend": [str(source), 6, "fa3"], "mode": [str(source), 16, "decode"]}
+    assert "__setattr__" not in module.Args.__dict__  # the hook is gone
+    with provenance.watching(module.Args), lines_run(files, provenance):
+        args.overwrite_from_a_local()  # through a local variable: the store's own line
+    assert provenance.origins["backend"] == [str(source), 20, "fa3"]
+    with provenance.watching(module.Args), lines_run(files, provenance):
+        args.backend = "triton"  # from this test file: not traced
+    assert provenance.origins["backend"] == [None, None, "triton"]

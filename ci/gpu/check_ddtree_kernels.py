@@ -5,9 +5,9 @@
 
 Needs torch with CUDA, triton, numpy and pytest (pytest-xdist makes the tests parallel); no
 SGLang, no network. The module under test, python/sglang/srt/speculative/ddtree_utils.py, is
-read from ``--tree`` (default $PATCHKIT_TARGET), else taken from the set's patch that adds it.
-Every step's log, the benchmark's markdown and JSON and a summary go under $OUT when set
-(else a temporary directory, whose path is printed).
+read from ``--tree`` (default $PATCHKIT_TARGET), else rebuilt from the set's patches that add and
+change it. Every step's log, the benchmark's markdown and JSON and a summary go under $OUT when
+set (else a temporary directory, whose path is printed).
 
 1. preflight: versions, the module's sha256, then every fused entry point once on small CUDA
    inputs against the torch path (the module imported again with SGLANG_DDTREE_TRITON=0); a
@@ -32,6 +32,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -55,38 +56,92 @@ class CheckError(Exception):
 
 
 def extract_module(set_dir: Path, tree: Path) -> Path:
-    """Write the file that one patch of the set's series adds (a new file: its hunk is the whole text)."""
+    """Write the module as the set's series leaves it: the patch that adds it, then every later patch
+    that changes it, hunk by hunk at the lines their headers name (no fuzz: a mismatch is an error)."""
     series = set_dir / "series"
     if not series.is_file():
         raise CheckError(f"{series}: no series file; pass --tree DIR holding {MODULE}")
-    header = f"+++ b/{MODULE}"
-    found = []
+    text: list[str] | None = None
     for line in series.read_text().splitlines():
         name = line.strip()
         if not name or name.startswith("#"):
             continue
-        patch = set_dir / name
-        lines = patch.read_text().splitlines(keepends=True)
-        if any(text.rstrip("\n") == header for text in lines):
-            found.append((patch, lines))
-    if len(found) != 1:
-        raise CheckError(f"{set_dir}: {len(found)} patches touch {MODULE} (need exactly one that adds it); pass --tree DIR")
-    patch, lines = found[0]
-    start = next(i for i, line in enumerate(lines) if line.rstrip("\n") == header)
-    body = []
-    for line in lines[start + 1:]:
-        if line.startswith("diff --git ") or line.startswith("-- \n"):
-            break
-        if line.startswith("@@"):
+        found = module_diff(set_dir / name)
+        if found is None:
             continue
-        if line.startswith("-") or line.startswith(" "):
-            raise CheckError(f"{patch.name}: {MODULE} is not a new file in this patch; pass --tree DIR")
-        if line.startswith("+"):
-            body.append(line[1:])
+        adds, hunks = found
+        if adds != (text is None):
+            what = "adds it again" if adds else "changes it before any patch adds it"
+            raise CheckError(f"{name}: {what} ({MODULE}); pass --tree DIR")
+        text = apply_hunks(name, [] if text is None else text, hunks)
+    if text is None:
+        raise CheckError(f"{set_dir}: no patch of the series adds {MODULE}; pass --tree DIR")
     out = tree / MODULE
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(body))
+    out.write_text("".join(text))
     return out
+
+
+_HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def module_diff(patch: Path) -> tuple[bool, list[tuple[int, int, list[str]]]] | None:
+    """(whether the patch adds MODULE, its hunks as (line, header's line number, lines)), or None
+    if the patch does not touch it. A patch that deletes or renames it is refused."""
+    lines = patch.read_text().splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == f"+++ b/{MODULE}"), None)
+    if start is None:
+        if any(line.rstrip("\n") == f"--- a/{MODULE}" for line in lines):
+            raise CheckError(f"{patch.name}: deletes or renames {MODULE}; pass --tree DIR")
+        return None
+    adds = start > 0 and lines[start - 1].rstrip("\n") == "--- /dev/null"
+    hunks, i = [], start + 1
+    while i < len(lines) and (match := _HUNK_HEADER.match(lines[i])):
+        old_count = 1 if match.group(2) is None else int(match.group(2))
+        new_count = 1 if match.group(4) is None else int(match.group(4))
+        body, header_line, i = [], i + 1, i + 1
+        while (old_count or new_count) and i < len(lines):
+            kind = lines[i][:1]
+            if kind not in " +-\\":
+                break
+            old_count -= kind in " -"
+            new_count -= kind in " +"
+            body.append(lines[i])
+            i += 1
+        if i < len(lines) and lines[i].startswith("\\"):
+            body.append(lines[i])
+            i += 1
+        if old_count or new_count:
+            raise CheckError(f"{patch.name}:{header_line}: the hunk of {MODULE} is cut short")
+        hunks.append((int(match.group(1)), header_line, body))
+    return adds, hunks
+
+
+def apply_hunks(name: str, old: list[str], hunks: list[tuple[int, int, list[str]]]) -> list[str]:
+    """``old`` with the hunks applied exactly where their headers say (they come from git, in order)."""
+    out: list[str] = []
+    done = 0  # lines of ``old`` consumed
+    for old_start, header_line, body in hunks:
+        # A hunk that removes nothing names the line after which it inserts.
+        at = old_start if not any(line[:1] in " -" for line in body) else old_start - 1
+        if at < done or at > len(old):
+            raise CheckError(f"{name}:{header_line}: hunk at line {old_start} of {MODULE} is out of order")
+        out.extend(old[done:at])
+        done = at
+        for number, line in enumerate(body, header_line + 1):
+            kind, content = line[:1], line[1:]
+            if kind == "\\":  # "\ No newline at end of file": the previous line has none
+                if out:
+                    out[-1] = out[-1].rstrip("\n")
+                continue
+            if kind in " -":
+                if done >= len(old) or old[done].rstrip("\n") != content.rstrip("\n"):
+                    raise CheckError(f"{name}:{number}: does not match line {done + 1} of {MODULE} as the "
+                                     "earlier patches leave it; pass --tree DIR")
+                done += 1
+            if kind in " +":
+                out.append(content)
+    return out + old[done:]
 
 
 def resolve_module(args, scratch: Path) -> tuple[Path, Path]:
@@ -334,7 +389,7 @@ def report_summary(log: Log, summary: dict, out_dir: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", type=Path, default=os.environ.get("PATCHKIT_TARGET") or None,
-                        help=f"directory holding {MODULE} (default: $PATCHKIT_TARGET, else the set's patch)")
+                        help=f"directory holding {MODULE} (default: $PATCHKIT_TARGET, else the set's patches)")
     parser.add_argument("--set", type=Path, default=DEFAULT_SET, help="the patch set whose tests run")
     parser.add_argument("--no-tests", action="store_true")
     parser.add_argument("--no-bench", action="store_true")

@@ -5,6 +5,7 @@ CUDA it fails instead of reporting checks or timings it did not make."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import json
 import os
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from patchkit import manifest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "ci" / "gpu" / "check_ddtree_kernels.py"
@@ -49,14 +52,82 @@ def test_the_module_is_extracted_from_the_patch_that_adds_it(tmp_path):
     assert {"build_ddtree_tree_from_topk", "ddtree_follow_verified", "ddtree_local_topk"} <= names
 
 
-def test_a_set_where_several_patches_touch_the_module_is_refused(tmp_path):
+@pytest.mark.parametrize("set_name", ["v1", "v2"])
+def test_the_extracted_module_is_the_one_the_series_leaves(tmp_path, set_name):
+    """v2 adds the module in 0001 and changes it in 0002: the result is the lock's post-image."""
     checker = load_checker()
-    body = f"diff --git a/{MODULE} b/{MODULE}\n--- /dev/null\n+++ b/{MODULE}\n@@ -0,0 +1 @@\n+X = 1\n"
-    for name in ("0001-a.patch", "0002-b.patch"):
-        (tmp_path / name).write_text(body)
-    (tmp_path / "series").write_text("0001-a.patch\n0002-b.patch\n")
-    with pytest.raises(checker.CheckError, match="2 patches touch"):
-        checker.extract_module(tmp_path, tmp_path / "tree")
+    set_dir = REPO_ROOT / "ddtree_patches" / set_name
+    extracted = checker.extract_module(set_dir, tmp_path)
+    lock = manifest.load(set_dir).lock
+    assert lock is not None
+    assert hashlib.sha256(extracted.read_bytes()).hexdigest() == lock.post_image[MODULE]
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+           "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout
+
+
+def _series_of_commits(tmp_path: Path, versions: list[str]) -> tuple[Path, list[Path]]:
+    """A set whose patches are real ``git format-patch`` output: the module at each version, and in
+    every patch an unrelated file too."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "README").write_text("base\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    module = repo / MODULE
+    module.parent.mkdir(parents=True)
+    for number, text in enumerate(versions, 1):
+        module.write_text(text)
+        (repo / "README").write_text(f"base {number}\n")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"version {number}")
+    set_dir = tmp_path / "set"
+    names = _git(repo, "format-patch", "--no-signature", "-o", str(set_dir), "HEAD~" + str(len(versions)))
+    patches = [Path(name) for name in names.split()]
+    (set_dir / "series").write_text("".join(f"{p.name}\n" for p in patches))
+    return set_dir, patches
+
+
+def test_later_patches_that_change_the_module_are_applied_in_series_order(tmp_path):
+    checker = load_checker()
+    first = "".join(f"line {i}\n" for i in range(1, 40))
+    second = first.replace("line 3\n", "line 3\nnew after 3\n").replace("line 30\n", "")
+    third = "head\n" + second.replace("line 39\n", "line 39, last")  # and no newline at the end
+    set_dir, patches = _series_of_commits(tmp_path, [first, second, third])
+    assert "\\ No newline at end of file" in patches[2].read_text()
+    extracted = checker.extract_module(set_dir, tmp_path / "tree")
+    assert extracted.read_text() == third
+
+
+def test_a_hunk_that_does_not_match_the_module_is_a_one_line_error(tmp_path):
+    checker = load_checker()
+    first = "".join(f"line {i}\n" for i in range(1, 20))
+    set_dir, patches = _series_of_commits(tmp_path, [first, first.replace("line 10\n", "ten\n")])
+    lines = patches[1].read_text().splitlines(keepends=True)
+    number = lines.index(" line 9\n") + 1
+    lines[number - 1] = " line nine\n"
+    patches[1].write_text("".join(lines))
+    with pytest.raises(checker.CheckError) as error:
+        checker.extract_module(set_dir, tmp_path / "tree")
+    assert str(error.value) == (f"{patches[1].name}:{number}: does not match line 9 of {MODULE} as the earlier "
+                                "patches leave it; pass --tree DIR")
+
+
+def test_a_patch_that_changes_the_module_before_it_is_added_is_refused(tmp_path):
+    checker = load_checker()
+    set_dir, patches = _series_of_commits(tmp_path, ["a\n", "b\n"])
+    (set_dir / "series").write_text(f"{patches[1].name}\n")
+    with pytest.raises(checker.CheckError, match="changes it before any patch adds it"):
+        checker.extract_module(set_dir, tmp_path / "tree")
+    (set_dir / "series").write_text(f"{patches[0].name}\n{patches[0].name}\n")
+    with pytest.raises(checker.CheckError, match="adds it again"):
+        checker.extract_module(set_dir, tmp_path / "tree")
 
 
 def test_a_missing_module_is_a_one_line_error(tmp_path):

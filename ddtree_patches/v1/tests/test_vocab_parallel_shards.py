@@ -244,15 +244,19 @@ def run_world(module_path: str | os.PathLike, world: int, cases: tuple[Case, ...
     return [RankResult(**torch.load(workdir / f"rank{r}.pt", weights_only=False)) for r in range(world)]
 
 
-def _wait_all(procs: list[subprocess.Popen], deadline: float, workdir: Path) -> None:
+def _wait_all(procs: list, deadline: float, workdir: Path) -> None:
     while any(p.poll() is None for p in procs):
-        failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-        if failed or time.monotonic() > deadline:
-            why = f"rank {failed[0]} exited with {procs[failed[0]].returncode}" if failed else "timed out"
-            raise WorldFailed(f"{why}\n" + _logs(procs, workdir))
+        if _failed_ranks(procs) or time.monotonic() > deadline:
+            raise WorldFailed(f"{_failed_ranks(procs) or 'timed out'}\n" + _logs(procs, workdir))
         time.sleep(0.05)
-    if any(p.returncode for p in procs):
-        raise WorldFailed("a rank failed\n" + _logs(procs, workdir))
+    if _failed_ranks(procs):
+        raise WorldFailed(f"{_failed_ranks(procs)}\n" + _logs(procs, workdir))
+
+
+def _failed_ranks(procs: list) -> str:
+    """Every rank that has exited non-zero so far (a crash takes its peers' collectives down with it,
+    so which one the launcher saw first says nothing; all of them are named)."""
+    return ", ".join(f"rank {r} exited with {p.returncode}" for r, p in enumerate(procs) if p.poll() not in (None, 0))
 
 
 def _logs(procs: list[subprocess.Popen], workdir: Path) -> str:

@@ -288,14 +288,14 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], ju
     First states whether the target is exactly the set applied; then runs every gate (or those named
     with --gate), showing each as it finishes.
     """
-    from patchkit.checks.registry import EACH_PREFIX, GATES  # the only import of checks/ in patchkit
+    from patchkit.checks.registry import EACH_PREFIX, GATES, REUSABLE  # the only import of checks/ in patchkit
     from patchkit.render.verify import VerifyView
     from patchkit.verify.run import verify as run_verify
 
     def core() -> CommandResult:
         with VerifyView(output.progress) as view:
             return run_verify(set_dir, target, gates, junit, registry=GATES, on_gate=view, allow_drift=allow_drift,
-                              extra=EACH_PREFIX if each_prefix else None)
+                              extra=EACH_PREFIX if each_prefix else None, reusable=REUSABLE)
 
     run_command("verify", output, core)
 

@@ -245,6 +245,24 @@ class Repo:
         raw = self.run_bytes("cat-file", "commit", commit)[1]
         return raw.split(b"\n\n", 1)[1].decode("utf-8", "surrogateescape") if b"\n\n" in raw else ""
 
+    def commit_messages(self, commits: Sequence[str]) -> dict[str, str]:
+        """:meth:`commit_message` of several commits, read by one ``git cat-file --batch``."""
+        if not commits:
+            return {}
+        out = self.run_bytes("cat-file", "--batch", input="".join(f"{c}\n" for c in commits).encode())[1]
+        messages: dict[str, str] = {}
+        at = 0
+        for commit in commits:
+            header_end = out.index(b"\n", at)
+            header = out[at:header_end].decode().split()
+            if len(header) != 3 or header[1] != "commit":
+                raise Internal(f"git cat-file --batch: {commit} is not a commit ({' '.join(header[1:])})")
+            size = header[2]
+            raw = out[header_end + 1 : header_end + 1 + int(size)]
+            at = header_end + 1 + int(size) + 1  # the object, then one newline
+            messages[commit] = raw.split(b"\n\n", 1)[1].decode("utf-8", "surrogateescape") if b"\n\n" in raw else ""
+        return messages
+
     def blob_bytes(self, obj: str) -> bytes:
         return self.run_bytes("cat-file", "blob", obj)[1]
 
@@ -271,6 +289,18 @@ class Repo:
     def porcelain_status(self) -> list[str]:
         """``git status --porcelain`` lines (``XY path``), untracked files included."""
         return [str(entry) for entry in self.status_entries()]
+
+    def unwatched(self) -> list[tuple[str, str]]:
+        """Index entries whose work-tree bytes ``git status`` does not compare, as (flag, path): marked
+        ``assume-unchanged`` or ``skip-worktree`` (``git update-index``), or unmerged. An edit of such a
+        file is invisible to :meth:`status_entries`."""
+        flags = {"S": "skip-worktree", "M": "unmerged"}
+        found = []
+        for record in self.run_bytes("ls-files", "-v", "-z")[1].split(b"\0"):
+            tag, path = record[:1].decode(), record[2:].decode("utf-8", "surrogateescape")
+            if record and tag != "H":
+                found.append(("assume-unchanged" if tag.islower() else flags.get(tag, f"tag {tag}"), path))
+        return found
 
     def untracked(self) -> list[str]:
         """Untracked files that git does not ignore."""

@@ -18,6 +18,7 @@ Touched files
 
 Drift and exactness
     :func:`inspect` reads HEAD, the base, our patch commits (by trailer) and uncommitted changes;
+    index entries ``git status`` does not compare (assume-unchanged, skip-worktree) are drift too;
     :func:`exactness` says whether the tree is exactly the set applied, and if not, why, with the fix.
 
 Bytecode (``__pycache__/``, ``*.pyc``) is derived from the sources by any import of the tree and never
@@ -27,6 +28,7 @@ counts as a change: running the set's tests against a tree does not make it drif
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,7 +58,8 @@ class AppliedCommit:
 @dataclass(frozen=True, kw_only=True)
 class DriftEntry:
     path: str
-    reason: str  # "modified", "missing", "should be absent", "uncommitted: XY", "not applied", "commit without ..."
+    reason: str  # "modified", "missing", "should be absent", "uncommitted: XY", "not applied", "commit without ...",
+    # "assume-unchanged in the index: ..." (or skip-worktree, unmerged)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,14 +86,27 @@ def base_commit(repo: Repo, manifest: Manifest, *, base_tree: str | None = None)
     """
     tree = base_tree or (manifest.lock.base_tree if manifest.lock else None)
     pinned = manifest.git.commit if manifest.git else None
-    if repo.rev("HEAD") is None:
+    head = repo.rev("HEAD")
+    if head is None:
         return None
-    log = repo.run("log", "--first-parent", "--format=%H %T %P", "-n", str(MAX_DEPTH), "HEAD")
+    # A commit id pins its history (grafts and shallow clones aside: hence the repository in the key),
+    # so the answer for the same HEAD and pins never changes: verify asks three times per run.
+    memo_key = (str(repo.path.resolve()), head, tree, pinned, base_message(manifest.pypi) if manifest.pypi else None)
+    if memo_key in _BASES:
+        return _BASES[memo_key]
+    found = None
+    log = repo.run("log", "--first-parent", "--format=%H %T %P", "-n", str(MAX_DEPTH), head)
     for line in log.splitlines():
         commit, commit_tree, *parents = line.split()
         if commit_tree == tree or commit == pinned or (not parents and _is_fetched_base(repo, manifest, commit)):
-            return commit
-    return None
+            found = commit
+            break
+    _BASES[memo_key] = found
+    return found
+
+
+#: :func:`base_commit`'s answers in this process, by (repository, HEAD, base tree, pinned commit, fetch message).
+_BASES: dict[tuple[str, str, str | None, str | None, str | None], str | None] = {}
 
 
 def _is_fetched_base(repo: Repo, manifest: Manifest, root: str) -> bool:
@@ -139,8 +155,10 @@ def inspect(repo: Repo, manifest: Manifest) -> TargetState:
     base = base_commit(repo, manifest)
     applied: list[AppliedCommit] = []
     foreign: list[str] = []
-    for commit in repo.first_parent_log(base) if base else []:
-        message = repo.commit_message(commit)
+    commits = repo.first_parent_log(base) if base else []
+    messages = repo.commit_messages(commits)  # one git call, not one per commit
+    for commit in commits:
+        message = messages[commit]
         _, name = split_trailers(message)
         label = trailer_set(message)
         if name and label and not foreign:
@@ -174,6 +192,9 @@ def worktree_drift(repo: Repo, post_image: dict[str, str]) -> list[DriftEntry]:
 def drift_entries(repo: Repo, pset: PatchSet, state: TargetState) -> list[DriftEntry]:
     """Everything that keeps ``state`` from being exactly the fully patched tree."""
     entries = [DriftEntry(path=e.path, reason=f"uncommitted: {e.code.strip()}") for e in state.dirty]
+    # git status does not look at these files' bytes: an edit of one would pass unseen
+    entries += [DriftEntry(path=path, reason=f"{flag} in the index: git does not compare it")
+                for flag, path in repo.unwatched()]
     names = [p.name for p in pset.patches]
     entries += [DriftEntry(path=name, reason="not applied") for name in names[len(state.applied) :]]
     entries += [
@@ -186,17 +207,39 @@ def drift_entries(repo: Repo, pset: PatchSet, state: TargetState) -> list[DriftE
     return entries
 
 
-def patch_matches(repo: Repo, commit: str, diff: bytes) -> bool:
-    """True when the commit's change equals the patch's (``git patch-id --stable`` on both).
+def _patch_ids(repo: Repo, stream: bytes) -> dict[str, str]:
+    """``git patch-id --stable`` of a stream of patches, each after a line naming it: name -> id.
+    A patch without changes has no id (it matches nothing)."""
+    out = repo.run("patch-id", "--stable", input=stream)
+    return {name: pid for pid, name in (line.split() for line in out.splitlines() if line)}
 
-    The commit is diffed with and without rename detection, since the patch may use either form.
+
+def patches_match(repo: Repo, changes: Sequence[tuple[str, str, bytes]]) -> list[bool]:
+    """For each ``(commit, parent, patch diff)``: whether the commit's change against ``parent`` equals
+    the patch's (``git patch-id --stable`` of both; the commit is diffed without and with rename
+    detection, since the patch may use either form).
+
+    A fixed number of git calls, not four per commit: one ``patch-id`` over every patch, and per rename
+    mode one ``diff-tree --stdin`` (each line ``commit parent``, as ``diff-tree parent commit``) piped
+    into one ``patch-id``; the ``-M`` pass only for those the first did not match. A commit listed
+    twice is diffed against the same parent (its id names its patch-id).
     """
-    theirs = repo.run("patch-id", "--stable", input=diff).split()[:1]
+    # each patch after a line naming it by its index (a 40-hex name, as patch-id expects)
+    named = b"".join(b"commit %040x\n%s%s" % (n, diff, b"" if diff.endswith(b"\n") else b"\n")
+                     for n, (_, _, diff) in enumerate(changes))
+    theirs = _patch_ids(repo, named) if changes else {}
+    wanted = [theirs.get(f"{n:040x}") for n in range(len(changes))]
+    matched = [False] * len(changes)
     for renames in ("--no-renames", "-M"):
-        shown = repo.run_bytes("diff-tree", "-p", "--full-index", renames, f"{commit}^", commit)[1]
-        if theirs and repo.run("patch-id", "--stable", input=shown).split()[:1] == theirs:
-            return True
-    return False
+        left = [n for n in range(len(changes)) if not matched[n] and wanted[n]]
+        if not left:
+            break
+        pairs = "".join(f"{changes[n][0]} {changes[n][1]}\n" for n in left).encode()
+        shown = repo.run_bytes("diff-tree", "--stdin", "-p", "--full-index", renames, input=pairs)[1]
+        ours = _patch_ids(repo, shown)  # by commit id: a commit listed twice has one id
+        for n in left:
+            matched[n] = ours.get(changes[n][0]) == wanted[n]
+    return matched
 
 
 # ---------------------------------------------------------------------- exactness
@@ -246,13 +289,12 @@ def exactness(repo: Repo, pset: PatchSet) -> Exactness:
     """Compare ``repo`` with the set: base found, which patches are applied (and equal their files), drift."""
     state = inspect(repo, pset.manifest)
     diffs = {p.name: p.diff for p in pset.patches}
+    # our commits are a first-parent chain starting on the base: each one's parent is the one before
+    parents = [state.base_commit or "", *(c.commit for c in state.applied)]
+    known = [(c.commit, parents[n], diffs[c.patch]) for n, c in enumerate(state.applied) if c.patch in diffs]
+    matching = dict(zip((commit for commit, _, _ in known), patches_match(repo, known), strict=True))
     applied = tuple(
-        AppliedCommit(
-            commit=c.commit,
-            patch=c.patch,
-            set=c.set,
-            matches=c.patch in diffs and patch_matches(repo, c.commit, diffs[c.patch]),
-        )
+        AppliedCommit(commit=c.commit, patch=c.patch, set=c.set, matches=matching.get(c.commit, False))
         for c in state.applied
     )
     names = [p.name for p in pset.patches]

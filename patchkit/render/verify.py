@@ -32,7 +32,8 @@ def _gate_table(runs: tuple[GateRun, ...] | list[GateRun], title: str | None) ->
 
 def _row_line(run: GateRun, index: int, total: int) -> str:
     counts = ", ".join(f"{run.count(s)} {s.value}" for s in _COUNTED)
-    return f"verify: {run.gate} {run.status} ({index}/{total}, {run.seconds:.2f} s; {counts})"
+    reused = ", the pass of an earlier run on the same inputs" if run.reused else ""
+    return f"verify: {run.gate} {run.status} ({index}/{total}, {run.seconds:.2f} s{reused}; {counts})"
 
 
 class VerifyView:

@@ -26,7 +26,8 @@ from patchkit import paths
 from patchkit.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, BadInput, PatchkitError
 from patchkit.results import CommandResult
 from patchkit.verify.api import Finding, Gate, Severity, VerifyContext
-from patchkit.verify.target import TargetCheck, base_and_touched, check_target
+from patchkit.verify.reuse import GateReuse, reuse_for
+from patchkit.verify.target import TargetCheck, base_and_touched, check_target, tree_identity
 
 GateStatus = Literal["pass", "fail", "crash"]
 
@@ -40,6 +41,7 @@ class GateRun:
     seconds: float
     findings: tuple[Finding, ...]
     traceback: str | None = None  # set when status is crash
+    reused: bool = False  # replayed from an earlier pass on the same inputs (patchkit.verify.reuse)
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -129,10 +131,22 @@ def select_gates(registered: Iterable[str], wanted: Sequence[str]) -> list[str]:
     return [name for name in order if not wanted or name in wanted]
 
 
+def reused_run(name: str, reuse: GateReuse | None) -> GateRun | None:
+    """The gate's stored pass on the same inputs, replayed (the gate module is not imported), or None."""
+    start = time.perf_counter()
+    findings = reuse.get(name) if reuse is not None else None
+    if findings is None:
+        return None
+    return GateRun(gate=name, status=gate_status(findings), seconds=time.perf_counter() - start,
+                   findings=findings, reused=True)
+
+
 def run_gates(ctx: VerifyContext, registry: Mapping[str, Gate], wanted: Sequence[str] = (),
-              progress: GateProgress | None = None, extra: Mapping[str, Gate] | None = None) -> tuple[GateRun, ...]:
+              progress: GateProgress | None = None, extra: Mapping[str, Gate] | None = None,
+              reuse: GateReuse | None = None) -> tuple[GateRun, ...]:
     """Run the selected gates of ``registry`` in order, every one of them, then each of ``extra``
-    (opt-in gates such as ``--each-prefix``), reporting each to ``progress``."""
+    (opt-in gates such as ``--each-prefix``), reporting each to ``progress``. With ``reuse``, a
+    registered gate's stored pass on the same inputs is replayed, and a new pass stored."""
     progress = progress or _Silent()
     extra = extra or {}
     names = select_gates(registry, wanted) + list(extra)
@@ -143,7 +157,10 @@ def run_gates(ctx: VerifyContext, registry: Mapping[str, Gate], wanted: Sequence
     runs = []
     for index, name in enumerate(names, 1):
         progress.started(name, index, len(names))
-        run = run_gate(name, load, ctx)
+        registered = name not in extra
+        run = (reused_run(name, reuse) if registered else None) or run_gate(name, load, ctx)
+        if reuse is not None and registered and not run.reused and run.status == "pass":
+            reuse.put(name, run.findings)
         progress.finished(run, index, len(names))
         runs.append(run)
     return tuple(runs)
@@ -186,9 +203,13 @@ def build_context(set_dir: Path | None, target: Path | None,
 
 def verify(set_dir: Path | None = None, target: Path | None = None, gates: Sequence[str] = (),
            junit: Path | None = None, *, registry: Mapping[str, Gate], on_gate: GateProgress | None = None,
-           allow_drift: bool = False, extra: Mapping[str, Gate] | None = None) -> VerifyResult:
+           allow_drift: bool = False, extra: Mapping[str, Gate] | None = None,
+           reusable: frozenset[str] = frozenset()) -> VerifyResult:
     """The core of ``patchkit verify``: check the target, run the selected gates (then the opt-in
-    ``extra`` ones, e.g. checks/prefixes.py for ``--each-prefix``), write the JUnit report."""
+    ``extra`` ones, e.g. checks/prefixes.py for ``--each-prefix``), write the JUnit report.
+
+    On a target that is exactly the set applied, the gates named in ``reusable`` replay their pass
+    from an earlier run on the same inputs (:mod:`patchkit.verify.reuse`)."""
     start = time.perf_counter()
     select_gates(registry, gates)  # refuse unknown names before any work
     if junit:
@@ -196,7 +217,8 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
     on_gate = on_gate or _Silent()
     ctx = build_context(set_dir, target, on_gate.note)
     target_check = check_target(ctx, allow_drift=allow_drift)
-    runs = run_gates(ctx, registry, gates, on_gate, extra)
+    tree = tree_identity(ctx.root) if target_check.exact and reusable else None
+    runs = run_gates(ctx, registry, gates, on_gate, extra, reuse_for(ctx, reusable, tree))
     ok = all(run.status == "pass" for run in runs)
     result = VerifyResult(command="verify", ok=ok, target=str(ctx.root), set_dir=str(ctx.set_dir),
                           target_check=target_check, touched=ctx.touched, gates=runs,

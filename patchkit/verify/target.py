@@ -54,3 +54,22 @@ def check_target(ctx: VerifyContext, *, allow_drift: bool) -> TargetCheck:
     if not allow_drift:
         raise BadInput(found.statement, hint=f"{found.fix}; or pass --allow-drift to verify it as it is")
     return TargetCheck(state=found.state, statement=found.statement, fix=found.fix, allowed=True)
+
+
+def tree_identity(root: Path) -> str | None:
+    """The id of the commit tree that the work tree at ``root`` holds byte for byte, or None when git
+    cannot vouch for that: any staged, unstaged, untracked or ignored entry other than bytecode inside
+    a ``__pycache__/`` folder, or an index entry git does not compare with the work tree
+    (assume-unchanged, skip-worktree, unmerged).
+
+    Stricter than the exactness check, which lets bytecode anywhere pass: a gate result reused by
+    this id (:mod:`patchkit.verify.reuse`) was computed from exactly the same files.
+    """
+    repo = open_repo(root)
+    entries = repo.names_z("status", "--porcelain", "-z", "--untracked-files=all", "--ignored=matching",
+                           "--no-renames", "--ignore-submodules=none")
+    if any(entry[:3] not in ("?? ", "!! ") or "__pycache__/" not in f"/{entry[3:]}" for entry in entries):
+        return None
+    if repo.unwatched():
+        return None
+    return repo.run("rev-parse", "--verify", "HEAD^{tree}")

@@ -174,3 +174,98 @@ def test_not_base_state_names_the_fix(tmp_path, fx):
     helpers.commit_all(unrelated, "unrelated\n", "2026-01-01T00:00:00+0000")
     found = state.exactness(Repo(unrelated.path), pset)
     assert found.state == "not-base" and "patchkit base fetch" in found.fix()
+
+
+# ---------------------------------------------------------------------- the batched exactness check
+def _matches_alone(repo, commit, diff):
+    """The per-commit definition the batch replaces: four git calls per commit."""
+    theirs = repo.run("patch-id", "--stable", input=diff).split()[:1]
+    for renames in ("--no-renames", "-M"):
+        shown = repo.run_bytes("diff-tree", "-p", "--full-index", renames, f"{commit}^", commit)[1]
+        if theirs and repo.run("patch-id", "--stable", input=shown).split()[:1] == theirs:
+            return True
+    return False
+
+
+def test_patches_match_in_one_batch_agrees_with_each_commit_checked_alone(fx):
+    assert helpers.invoke("apply", "--set", str(fx.set_dir), "--target", str(fx.target)).exit_code == 0
+    repo = fx.repo()
+    commits = repo.first_parent_log(fx.base_commit)
+    parents = [fx.base_commit, *commits[:-1]]
+    # every commit against every patch of the set, and against its own change in -M form and in
+    # no-renames form, and against an empty diff (which matches nothing)
+    diffs = [p.diff for p in load_set(fx.set_dir).patches]
+    diffs += [repo.run_bytes("diff-tree", "-p", "--full-index", mode, f"{c}^", c)[1]
+              for c in commits for mode in ("-M", "--no-renames")]
+    cases = [(c, parents[i], d) for i, c in enumerate(commits) for d in [*diffs, b""]]
+    found = state.patches_match(repo, cases)
+    assert found == [_matches_alone(repo, c, d) for c, _, d in cases]
+    own = [found[i * (len(diffs) + 1) + i] for i in range(len(commits))]
+    assert all(own) and sum(found) < len(found) / 2, "each commit matches its own patch, not the others"
+    assert state.patches_match(repo, []) == []
+
+
+def test_commit_messages_in_one_call_are_each_commit_message(fx):
+    assert helpers.invoke("apply", "--set", str(fx.set_dir), "--target", str(fx.target)).exit_code == 0
+    repo = fx.repo()
+    commits = [*repo.first_parent_log(fx.base_commit), fx.base_commit]
+    assert repo.commit_messages(commits) == {c: repo.commit_message(c) for c in commits}
+    assert repo.commit_messages([]) == {}
+
+
+def _extra_commit(fx):
+    helpers.write(fx.target / "pkg/late.py", "LATE = 1\n")
+    helpers.commit_all(fx.repo(), "a commit of the user's\n", "2026-03-01T00:00:00+0000")
+
+
+def _other_set(fx):
+    """The set's last patch edited by hand: the tree no longer holds that set."""
+    pset = load_set(fx.set_dir)
+    path = fx.set_dir / pset.patches[-1].name
+    lines = path.read_text().splitlines(keepends=True)
+    added = next(n for n, line in enumerate(lines) if line.startswith("+") and not line.startswith("+++"))
+    lines[added] = lines[added].rstrip("\n") + " (edited)\n"  # an added line's text: the hunk still applies
+    path.write_text("".join(lines))
+    result = helpers.invoke("lock", "--set", str(fx.set_dir))
+    assert result.exit_code == 0, result.output
+
+
+def _amended_last_commit(fx):
+    repo = fx.repo()
+    helpers.write(fx.target / "pkg/extra.py", "changed\n")
+    repo.run("add", "-A")
+    env = helpers.identity_env("Ada Lovelace", "ada@example.org", "2026-02-05T10:00:00+0000")
+    amended = repo.run("commit-tree", repo.run("write-tree"), "-p", "HEAD^", "-F", "-", env=env,
+                       input=repo.commit_message("HEAD"))
+    repo.run("reset", "-q", "--hard", amended)
+
+
+OFF_THE_SET = {
+    "unstaged edit of a tracked file": lambda fx: helpers.write(fx.target / "README.txt", "edited\n"),
+    "staged edit of a tracked file": lambda fx: (helpers.write(fx.target / "README.txt", "edited\n"),
+                                                  fx.repo().run("add", "README.txt")),
+    "new untracked file": lambda fx: helpers.write(fx.target / "pkg/stray.py", "STRAY = 1\n"),
+    "deleted file": lambda fx: (fx.target / "README.txt").unlink(),
+    "missing last patch": lambda fx: fx.repo().run("reset", "-q", "--hard", "HEAD^"),
+    "extra commit": _extra_commit,
+    "different set": _other_set,
+    "commit that differs from its patch": _amended_last_commit,
+    # git status does not compare these files' bytes: the exactness check must not trust it for them
+    "edit of a file marked assume-unchanged": lambda fx: (
+        fx.repo().run("update-index", "--assume-unchanged", "README.txt"),
+        helpers.write(fx.target / "README.txt", "edited\n")),
+    "edit of a file marked skip-worktree": lambda fx: (
+        fx.repo().run("update-index", "--skip-worktree", "README.txt"),
+        helpers.write(fx.target / "README.txt", "edited\n")),
+}
+
+
+@pytest.mark.parametrize("change", sorted(OFF_THE_SET))
+def test_exactness_catches_every_way_off_the_set(fx, change):
+    assert helpers.invoke("apply", "--set", str(fx.set_dir), "--target", str(fx.target)).exit_code == 0
+    assert state.exactness(fx.repo(), load_set(fx.set_dir)).exact
+    OFF_THE_SET[change](fx)
+    found = state.exactness(fx.repo(), load_set(fx.set_dir))
+    assert not found.exact and found.state in ("drift", "partial"), found.statement()
+    if "marked" in change:
+        assert [(e.path, e.reason.split()[0]) for e in found.drift] == [("README.txt", change.split()[-1])]

@@ -49,7 +49,7 @@ def test_clean_tree_exits_0_with_a_pinned_json_envelope(clean, tmp_path):
     assert set(result) == {"target", "set_dir", "target_check", "touched", "gates", "seconds", "junit"}
     assert result["target_check"]["state"] == "applied" and not result["target_check"]["allowed"]
     assert [g["gate"] for g in result["gates"]] == ["compile", "imports"]
-    assert set(result["gates"][0]) == {"gate", "status", "seconds", "findings", "traceback"}
+    assert set(result["gates"][0]) == {"gate", "status", "seconds", "findings", "traceback", "reused"}
     assert result["touched"] == ["python/pkg/ok.py"]
     assert done.stderr == ""  # --json: no progress
 

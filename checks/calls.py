@@ -128,7 +128,7 @@ def run(ctx: VerifyContext) -> list[Finding]:
                         message=f"no {DEFAULT_EXPECTATIONS} in the set: no calls declared")]
     spec, rel, lines = loaded
     stub_folder, findings = envs.stubs(ctx, NAME)
-    added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")])
+    added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")], ctx.base_commit)
     request = _request(ctx, spec, [str(stub_folder)] if stub_folder else [], added)
     payload = _payload(ctx, request, stub_folder, rel)
     if "rows" not in payload:

@@ -188,7 +188,7 @@ def run(ctx: VerifyContext) -> list[Finding]:
             cache.put(key, {k: v for k, v in outcome.items() if k not in ("deps", "tests")})
     note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests_dir), line=None,
                    message=f"set tests {interpreter.note}")
-    added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")])
+    added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")], ctx.base_commit)
     return [note, *stub_rows, *findings_from(outcome, tests_dir, ctx, added)]
 
 

@@ -227,7 +227,7 @@ def _check_added_code(state: _Run) -> None:
     """The rules for names outside the family, on the lines the series adds (checks/_xref/names.py)."""
     touched = set(state.ctx.touched)
     mine = [facts for facts in state.facts if facts["path"] in touched]
-    added = added_lines(state.ctx.root, [facts["path"] for facts in mine])
+    added = added_lines(state.ctx.root, [facts["path"] for facts in mine], state.ctx.base_commit)
     rules = AddedCodeRules(state.model, state.ctx.gate_config(NAME), state.family.search)
     for facts in mine:
         lines = added.get(facts["path"])

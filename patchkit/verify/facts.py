@@ -1023,12 +1023,12 @@ def extract_facts(data: bytes, modname: str, is_package: bool, settings: IndexSe
 # The lines a series adds
 
 
-def added_lines(root: Path, files: Sequence[str], base: str | None = None) -> dict[str, frozenset[int]]:
+def added_lines(root: Path, files: Sequence[str], base: str | None) -> dict[str, frozenset[int]]:
     """Per tree-relative file, the line numbers (1-based, in the working tree) that differ from the
-    tree's base (``base``, the context's base commit; by default the tree's root commit): what the
-    series added or changed. A file the base lacks is all added. Rules that judge "the code the set
-    adds" read this, so that the base's own code, which the set does not own, never produces a
-    finding."""
+    tree's base (``base``: the context's base commit, the one definition of the base; the tree's root
+    commit only when none was found): what the series added or changed. A file the base lacks is
+    all added. Rules that judge "the code the set adds" read this, so that the base's own code,
+    which the set does not own, never produces a finding."""
     from patchkit.git import Repo  # lazy: only the rules on added code need git
 
     files = [f for f in files if (root / f).is_file()]

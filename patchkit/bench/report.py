@@ -11,6 +11,7 @@ from pathlib import Path
 
 from patchkit import __version__
 from patchkit.bench.measure import Histogram
+from patchkit.bench.phases import PhaseStats
 from patchkit.bench.results import BenchResult, LevelRun, Spread, VariantRun
 from patchkit.bench.sampling import SamplingCheck
 
@@ -70,11 +71,15 @@ def markdown(result: BenchResult) -> str:
         lines.append(f"| {run.label} | {level.concurrency} | {fmt(run.ready_s, '.1f')} | "
                      f"{spread_words(level.per_request_tok_s)} "
                      f"| {spread_words(level.aggregate_tok_s)} | {spread_words(level.vs_baseline, '.2f')} | "
-                     f"{spread_words(level.vs_dflash, '.2f')} | {spread_words(level.ms_per_round, '.2f')} | "
+                     f"{vs_dflash_words(level.vs_dflash, level.dflash_reference, run.name)} | "
+                     f"{spread_words(level.ms_per_round, '.2f')} | "
                      f"{fmt(level.accept_length, '.2f')} | {spread_words(level.ttft_ms, '.1f')} | "
                      f"{lossless_words(level, result.outputs_checked)} |")
-    lines += ["", "Spread: mean (lowest-highest) over the repeats; ratios are aggregate tok/s, repeat by repeat.", "",
-              "## Accept-length histograms (share of verify rounds by tokens accepted, bonus included)", ""]
+    lines += ["", "Spread: mean (lowest-highest) over the repeats; ratios are aggregate tok/s, repeat by repeat. "
+              "x DFLASH is against the faster DFLASH variant at that level (named).", ""]
+    if result.phases:
+        lines += phases_markdown(result)
+    lines += ["## Accept-length histograms (share of verify rounds by tokens accepted, bonus included)", ""]
     for run, level in speed_rows(result):
         if level.histogram:
             lines.append(f"- {run.label}, concurrency {level.concurrency}: {histogram_words(level.histogram)}")
@@ -92,7 +97,7 @@ def markdown(result: BenchResult) -> str:
         for row in result.projection.rows:
             lines.append(f"| {row.variant} | {row.concurrency} | {fmt(row.measured_ms_per_round, '.2f')} | "
                          f"{fmt(row.accept_length, '.2f')} | {fmt(row.projected_tok_s, '.1f')} | "
-                         f"{fmt(row.vs_dflash, '.2f')} | "
+                         f"{fmt(row.vs_dflash, '.2f')}{reference_words(row.dflash_reference)} | "
                          f"{fmt(row.vs_baseline, '.2f')} |" + (f" {row.note}" if row.note else ""))
     mismatched = [(run, level, m) for run, level in speed_rows(result) for m in level.mismatches]
     if mismatched:
@@ -101,6 +106,43 @@ def markdown(result: BenchResult) -> str:
                   f"{m.first_mismatch}: baseline {list(m.reference_continuation)} vs {list(m.continuation)}"
                   for run, level, m in mismatched[:20]]
     return "\n".join([*lines, "", verdict(result), ""])
+
+
+def reference_words(reference: str | None) -> str:
+    return f" (vs {reference})" if reference else ""
+
+
+def vs_dflash_words(ratio: Spread | None, reference: str | None, variant: str) -> str:
+    if ratio is None:
+        return "-"
+    if reference is None or reference == variant:
+        return spread_words(ratio, ".2f")
+    return f"{spread_words(ratio, '.2f')} (vs {reference})"
+
+
+def phase_cells(stats: PhaseStats) -> str:
+    g, h = stats.gpu_ms, stats.host_ms
+    widths = " ".join(f"{w}:{n}" for w, n in stats.widths.items()) or "-"
+    return (f"{stats.rounds} | {stats.mean_bs:.1f} | {g['draft']:.2f} | {g['tree']:.2f} | {g['verify']:.2f} | "
+            f"{g['commit']:.2f} | {g['gap']:.2f} | {g['round']:.2f} | {h['round']:.2f} | "
+            f"{100 * stats.draft_graph_share:.0f}% | {100 * stats.verify_graph_share:.0f}% | {widths}")
+
+
+def phases_markdown(result: BenchResult) -> list[str]:
+    lines = ["## Where a round's time goes (--phases)", "",
+             "Device milliseconds per round from CUDA events on the forward stream, mean over the rounds that "
+             "started in the level's measured repeats; gap = from the previous round's end to this round's start "
+             "(scheduler and everything else between rounds); host round = the host's time issuing the round. "
+             "Graph columns: share of rounds whose draft / verify replayed a CUDA graph.", "",
+             "| variant | concurrency | rounds | mean bs | draft | tree | verify | commit | gap | round | host round "
+             "| draft graph | verify graph | verify widths (width:rounds) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run, level in speed_rows(result):
+        if level.phases is not None:
+            lines.append(f"| {run.label} | {level.concurrency} | {phase_cells(level.phases)} |")
+        elif run.kind != "baseline":
+            lines.append(f"| {run.label} | {level.concurrency} | no rounds timed |" + " |" * 11)
+    return [*lines, ""]
 
 
 def sampling_markdown(check: SamplingCheck | None) -> list[str]:

@@ -8,6 +8,7 @@ from statistics import mean
 
 from patchkit.bench import measure
 from patchkit.bench.acceptance import Projected
+from patchkit.bench.phases import PhaseStats
 from patchkit.bench.sampling import SamplingCheck
 from patchkit.results import CommandResult
 from patchkit.smoke.preflight import Preflight
@@ -55,7 +56,9 @@ class LevelRun:
     compared: int = 0
     mismatches: tuple[Mismatch, ...] = ()
     vs_baseline: Spread | None = None  # aggregate tok/s over the baseline's, repeat by repeat
-    vs_dflash: Spread | None = None
+    vs_dflash: Spread | None = None  # over the faster DFLASH variant at this level (dflash_reference)
+    dflash_reference: str | None = None  # that variant's name
+    phases: PhaseStats | None = None  # --phases: mean ms per round by phase
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +125,7 @@ class BenchResult(CommandResult):
     tree_gain: tuple[TreeGain, ...] = ()
     projection: Projection | None = None
     sampling: SamplingCheck | None = None
+    phases: bool = False  # --phases: the servers timed each round by phase
     report: Path | None = None
     plot: Path | None = None
     plot_note: str | None = None

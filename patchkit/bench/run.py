@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchkit.bench import measure, sampling
+from patchkit.bench import measure, phases, sampling
 from patchkit.bench.acceptance import AcceptanceTable, load_acceptance, project
 from patchkit.bench.profile import BUDGET_PLACEHOLDER, KIND_LABELS, BenchProfile, VariantSpec, load_bench_profile
 from patchkit.bench.results import (
@@ -82,6 +83,7 @@ class BenchOptions:
     samples: int = 256
     sample_tokens: int = 4
     seed: int = 0
+    phases: bool = False
 
 
 # ---------------------------------------------------------------- input checks (before anything starts)
@@ -181,8 +183,8 @@ def expand(specs: tuple[VariantSpec, ...], budgets: tuple[int, ...]) -> list[Var
     return out
 
 
-#: One level's jobs and, per measured repeat, the generations in job order.
-LevelData = tuple[list[measure.Job], list[list[Generation]]]
+#: One level's jobs, per measured repeat the generations in job order, and the repeats' wall-clock span.
+LevelData = tuple[list[measure.Job], list[list[Generation]], phases.Window]
 
 
 def _level(server: ServerGroup, status: Status, variant: Variant, prompts: tuple[Prompt, ...], concurrency: int,
@@ -192,10 +194,18 @@ def _level(server: ServerGroup, status: Status, variant: Variant, prompts: tuple
         status.update(f"{variant.name}: concurrency {concurrency}, warm-up {w + 1}/{warmup}")
         measure.run_batch(server, jobs[:concurrency], concurrency, max_new_tokens, timeout_s)
     batches: list[list[Generation]] = []
+    start = time.time()
     for r in range(repeats):
         status.update(f"{variant.name}: concurrency {concurrency}, repeat {r + 1}/{repeats} ({len(jobs)} requests)")
         batches.append(measure.run_batch(server, jobs, concurrency, max_new_tokens, timeout_s))
-    return jobs, batches
+    return jobs, batches, phases.Window(concurrency=concurrency, start=start, end=time.time())
+
+
+def _flush_phases(server: ServerGroup, prompts: tuple[Prompt, ...], timeout_s: float) -> None:
+    """One short request after an idle spell: the server writes the rounds it has read back (it flushes
+    at the first round after a pause), so the last level's rounds reach the file before teardown."""
+    time.sleep(phases.IDLE_FLUSH_S)
+    measure.run_batch(server, measure.level_jobs(prompts[:1], 1), 1, phases.PROBE_TOKENS, timeout_s)
 
 
 def _level_run(concurrency: int, jobs: list[measure.Job], batches: list[list[Generation]]) -> LevelRun:
@@ -214,18 +224,33 @@ def _level_run(concurrency: int, jobs: list[measure.Job], batches: list[list[Gen
 
 
 def bench_variant(variant: Variant, launch: Launch, prompts: tuple[Prompt, ...], levels: tuple[int, ...], repeats: int,
-                  warmup: int, max_new_tokens: int, ui: ServerUI) -> tuple[VariantRun, dict[int, LevelData]]:
-    """One server: every level; returns the run and, per level, the jobs and generations of each repeat."""
+                  warmup: int, max_new_tokens: int, ui: ServerUI,
+                  time_phases: bool = False) -> tuple[VariantRun, dict[int, LevelData]]:
+    """One server: every level; returns the run and, per level, the jobs and generations of each repeat.
+
+    ``time_phases``: the server writes a line per decode round (``phases``) into the logs folder, and
+    each level gets the means of the rounds that started inside its measured repeats."""
     argv = server_argv(launch, variant.args(), variant.spec.uses_draft)
     collected: dict[int, LevelData] = {}
+    phase_path = phases.phase_file(launch.logs, variant.name)
+    env = {}
+    if time_phases and variant.spec.uses_draft:
+        phase_path.unlink(missing_ok=True)
+        env[phases.PHASE_TIMING_ENV] = str(phase_path.resolve())
 
     def work(server: ServerGroup, status: Status) -> None:
         for concurrency in levels:
             collected[concurrency] = _level(server, status, variant, prompts, concurrency, repeats, warmup,
                                             max_new_tokens, launch.request_timeout_s)
+        if env:
+            status.update(f"{variant.name}: writing the phase timings")
+            _flush_phases(server, prompts, launch.request_timeout_s)
 
-    served: Served = serve(variant.name, argv, launch, ui, work)
-    runs = tuple(_level_run(c, *collected[c]) for c in levels if c in collected)
+    served: Served = serve(variant.name, argv, launch, ui, work, extra_env=env)
+    runs = tuple(_level_run(c, collected[c][0], collected[c][1]) for c in levels if c in collected)
+    if env:
+        timed = phases.per_level(phase_path, [collected[c][2] for c in levels if c in collected])
+        runs = tuple(replace(level, phases=timed.get(level.concurrency)) for level in runs)
     return (VariantRun(name=variant.name, label=variant.label, kind=variant.spec.kind, budget=variant.budget,
                        argv=served.argv, log=served.log, ready_s=served.ready_s, teardown=served.teardown,
                        failure=served.failure, log_tail=served.log_tail, levels=runs), collected)
@@ -237,12 +262,12 @@ def bench_variant(variant: Variant, launch: Launch, prompts: tuple[Prompt, ...],
 def reference_outputs(baseline_collected: dict[int, LevelData]) -> dict[str, tuple[int, ...]]:
     """Per prompt id, the baseline's greedy output at its first level and first repeat."""
     first_level = next(iter(baseline_collected.values()))
-    jobs, batches = first_level
+    jobs, batches, _ = first_level
     return {job.prompt.id: gen.output_ids for job, gen in zip(jobs, batches[0], strict=True)}
 
 
 def compare_level(level: LevelRun, data: LevelData, reference: dict[str, tuple[int, ...]]) -> LevelRun:
-    jobs, batches = data
+    jobs, batches, _ = data
     mismatches: list[Mismatch] = []
     compared = 0
     for repeat, batch in enumerate(batches):
@@ -260,23 +285,40 @@ def compare_level(level: LevelRun, data: LevelData, reference: dict[str, tuple[i
     return replace(level, compared=compared, mismatches=tuple(mismatches))
 
 
+def fastest_chains(runs: list[VariantRun]) -> dict[int, tuple[str, LevelRun]]:
+    """Per level, the DFLASH variant a user would run there: the one with the highest aggregate tok/s
+    (overlap on or off, say), by name."""
+    best: dict[int, tuple[str, LevelRun]] = {}
+    for run in runs:
+        if run.kind != "chain":
+            continue
+        for level in run.levels:
+            speed = level.aggregate_tok_s.mean if level.aggregate_tok_s else 0.0
+            held = best.get(level.concurrency)
+            if held is None or speed > (held[1].aggregate_tok_s.mean if held[1].aggregate_tok_s else 0.0):
+                best[level.concurrency] = (run.name, level)
+    return best
+
+
 def with_ratios(runs: list[VariantRun]) -> list[VariantRun]:
-    """Aggregate tok/s over the baseline's and DFLASH's at the same level, repeat by repeat."""
-    def by_level(kind: str) -> dict[int, LevelRun]:
-        run = next((r for r in runs if r.kind == kind and r.levels), None)
-        return {level.concurrency: level for level in run.levels} if run else {}
+    """Aggregate tok/s over the baseline's and the fastest DFLASH variant's at the same level, repeat by
+    repeat; each level names the DFLASH variant it was compared with."""
+    baseline_run = next((r for r in runs if r.kind == "baseline" and r.levels), None)
+    baseline = {level.concurrency: level for level in baseline_run.levels} if baseline_run else {}
+    chains = fastest_chains(runs)
 
-    baseline, chain = by_level("baseline"), by_level("chain")
-
-    def ratio(level: LevelRun, reference: dict[int, LevelRun]) -> Spread | None:
-        ref = reference.get(level.concurrency)
+    def ratio(level: LevelRun, ref: LevelRun | None) -> Spread | None:
         if ref is None:
             return None
         return spread([a.aggregate_tok_s / b.aggregate_tok_s for a, b in zip(level.repeats, ref.repeats, strict=False)
                        if b.aggregate_tok_s])
 
-    return [replace(run, levels=tuple(replace(level, vs_baseline=ratio(level, baseline), vs_dflash=ratio(level, chain))
-                                      for level in run.levels)) for run in runs]
+    def compared(level: LevelRun) -> LevelRun:
+        name, chain = chains.get(level.concurrency, (None, None))
+        return replace(level, vs_baseline=ratio(level, baseline.get(level.concurrency)),
+                       vs_dflash=ratio(level, chain), dflash_reference=name)
+
+    return [replace(run, levels=tuple(compared(level) for level in run.levels)) for run in runs]
 
 
 def tree_gains(runs: list[VariantRun], expected: float) -> tuple[TreeGain, ...]:
@@ -368,7 +410,8 @@ def run_bench(opts: BenchOptions, ui: ServerUI | None = None) -> BenchResult:
     runs: list[VariantRun] = []
     collected: dict[str, dict[int, LevelData]] = {}
     for variant in variants:
-        run, data = bench_variant(variant, launch, ready.prompts, levels, repeats, warmup, max_new_tokens, ui)
+        run, data = bench_variant(variant, launch, ready.prompts, levels, repeats, warmup, max_new_tokens, ui,
+                                  time_phases=opts.phases)
         runs.append(run)
         collected[run.name] = data
     failures = [f"{r.label}: {r.failure}" for r in runs if r.failure]
@@ -402,7 +445,7 @@ def run_bench(opts: BenchOptions, ui: ServerUI | None = None) -> BenchResult:
     result = replace(base, ok=not failures, max_new_tokens=max_new_tokens, concurrency=levels, repeats=repeats,
                      warmup=warmup, outputs_checked=opts.check_outputs and baseline is not None,
                      variants=tuple(runs), mismatches=mismatches, expected_tree_gain=opts.expect_tree_gain,
-                     tree_gain=gains, projection=projection, failures=tuple(failures))
+                     tree_gain=gains, projection=projection, phases=opts.phases, failures=tuple(failures))
     return write_outputs(result, opts)
 
 

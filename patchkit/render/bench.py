@@ -16,13 +16,16 @@ def _speed(result: BenchResult) -> None:
     for run, level in report.speed_rows(result):
         shown.add_row(run.label, str(level.concurrency), report.fmt(run.ready_s, ".1f"),
                       report.spread_words(level.per_request_tok_s), report.spread_words(level.aggregate_tok_s),
-                      report.spread_words(level.vs_baseline, ".2f"), report.spread_words(level.vs_dflash, ".2f"),
+                      report.spread_words(level.vs_baseline, ".2f"),
+                      report.vs_dflash_words(level.vs_dflash, level.dflash_reference, run.name),
                       report.spread_words(level.ms_per_round, ".2f"), report.fmt(level.accept_length, ".2f"),
                       report.spread_words(level.ttft_ms, ".1f"), report.lossless_words(level, result.outputs_checked))
     out().print(shown)
     for run, level in report.speed_rows(result):
         if level.histogram:
             say(f"accept lengths {run.label} c={level.concurrency}: {report.histogram_words(level.histogram)}")
+    if result.phases:
+        _phases(result)
     for gain in result.tree_gain:
         say(f"tree gain {gain.variant}: {gain.accept_length:.2f} / {gain.dflash_accept_length:.2f} = {gain.gain:.2f}x "
             f"({'ok' if gain.ok else 'BELOW'} the expected {result.expected_tree_gain:g}x)")
@@ -33,8 +36,20 @@ def _speed(result: BenchResult) -> None:
         for row in result.projection.rows:
             projected.add_row(row.variant, str(row.concurrency), report.fmt(row.measured_ms_per_round, ".2f"),
                               report.fmt(row.accept_length, ".2f"), report.fmt(row.projected_tok_s, ".1f"),
-                              report.fmt(row.vs_dflash, ".2f"), report.fmt(row.vs_baseline, ".2f"), row.note)
+                              report.fmt(row.vs_dflash, ".2f") + (f" (vs {row.dflash_reference})"
+                                                                  if row.dflash_reference else ""),
+                              report.fmt(row.vs_baseline, ".2f"), row.note)
         out().print(projected)
+
+
+def _phases(result: BenchResult) -> None:
+    shown = table("variant", "conc.", "rounds", "mean bs", "draft", "tree", "verify", "commit", "gap", "round",
+                  "host round", "draft graph", "verify graph", "widths",
+                  title="where a round's time goes (device ms per round, CUDA events; host round = issuing it)")
+    for run, level in report.speed_rows(result):
+        if level.phases is not None:
+            shown.add_row(run.label, str(level.concurrency), *report.phase_cells(level.phases).split(" | "))
+    out().print(shown)
 
 
 def _mismatches(result: BenchResult) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -154,13 +154,14 @@ class _Phase:
 
 
 def serve(name: str, argv: Sequence[str], launch: Launch, ui: ServerUI,
-          work: Callable[[ServerGroup, Status], None]) -> Served:
+          work: Callable[[ServerGroup, Status], None], extra_env: Mapping[str, str] | None = None) -> Served:
     """Launch one server, wait for ``/health``, run ``work(server, status)``, and always tear it down.
 
     A :class:`ServerFailed` from the start or the work ends the work and is reported in the result;
     Ctrl-C or SIGTERM tears the server down and raises :class:`Interrupted`.
     """
-    server = ServerGroup(name, argv, env=server_env(launch.target), log=launch.logs / f"{name}.log",
+    server = ServerGroup(name, argv, env={**server_env(launch.target), **(extra_env or {})},
+                         log=launch.logs / f"{name}.log",
                          port=launch.port)
     phase, ready_s, failure = _Phase(), None, None
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from patchkit.verify.api import Gate
 
@@ -34,7 +34,7 @@ class LazyGates(Mapping[str, Gate]):
     def __getitem__(self, name: str) -> Gate:
         if name not in self._modules:
             raise KeyError(name)
-        return cast(Gate, importlib.import_module(self._modules[name]))  # checked statically below
+        return cast(Gate, importlib.import_module(self._modules[name]))  # checked statically: conformance.py
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._modules)
@@ -54,9 +54,3 @@ REUSABLE: frozenset[str] = frozenset({"imports", "xref", "dispatch", "calls", "b
 #: Opt-in gates, run after the registered ones only when asked (``patchkit verify --each-prefix``):
 #: a set need not be bisectable to pass, and the check applies the series once per patch.
 EACH_PREFIX: Mapping[str, Gate] = LazyGates({"each-prefix": "patchkit.checks.prefixes"})
-
-if TYPE_CHECKING:  # mypy checks every gate module against the Gate protocol; nothing is imported at run time
-    from patchkit.checks import backend, calls, compile, dispatch, imports, prefixes, settests, xref
-
-    _TYPED: Mapping[str, Gate] = {"compile": compile, "imports": imports, "xref": xref, "dispatch": dispatch,
-                                  "calls": calls, "backend": backend, "tests": settests, "each-prefix": prefixes}

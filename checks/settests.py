@@ -1,5 +1,10 @@
 """Gate ``tests``: run the patch set's own tests (``<set>/tests``) against the patched tree, on CPU.
 
+``[verify.tests] shared`` names test packages outside the set (paths relative to the set, e.g.
+``["../common/ddtree_utils_tests"]``: the tests of code several sets carry, kept once); they run in the
+same pytest run as the set's own tests, against this set's tree. ``path`` narrowed to one file runs
+that file alone.
+
 pytest runs in a subprocess with ``PATCHKIT_TARGET=<tree root>`` (the set's tests find the tree
 through it), in the ``[verify.env]`` environment when the manifest declares one (it must pin pytest)
 or else the running interpreter. ``[verify.tests]`` may set ``interpreter = "current"`` to force the
@@ -22,6 +27,7 @@ from patchkit import proc
 from patchkit.checks._probe.runner import python_names
 from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit.errors import BadInput, location
+from patchkit.manifest import line_of
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file
 from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
@@ -53,11 +59,42 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def run_pytest(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path | None, config: dict[str, Any],
+def shared_dirs(set_dir: Path, config: dict[str, Any]) -> list[Path]:
+    """``[verify.tests] shared``: the test packages run with the set's own, each an existing folder."""
+    shared = config.get("shared", [])
+    where = location(set_dir / "manifest.toml", _config_line(set_dir, "shared"))
+    if not isinstance(shared, list) or not all(isinstance(item, str) for item in shared):
+        raise BadInput(f"[verify.tests] shared = {shared!r} is not a list of folder paths", location=where,
+                       hint='name the folders relative to the set, e.g. shared = ["../common/ddtree_utils_tests"]')
+    folders = [resolve(item, set_dir).resolve() for item in shared]
+    missing = [item for item, folder in zip(shared, folders, strict=True) if not folder.is_dir()]
+    if missing:
+        raise BadInput(f"[verify.tests] shared names {missing[0]!r}, which is not a folder next to the set",
+                       location=where, hint="fix the path (relative to the set's folder) or remove it")
+    return folders
+
+
+def _config_line(set_dir: Path, key: str) -> int | None:
+    manifest = set_dir / "manifest.toml"
+    text = manifest.read_text(encoding="utf-8", errors="replace") if manifest.is_file() else ""
+    return line_of(text, "verify.tests", key)
+
+
+def paths_to_run(set_dir: Path, config: dict[str, Any]) -> list[Path]:
+    """What the gate runs, in order: the set's own tests (``path``, default ``tests``; absent is fine when
+    shared packages are named), then every shared package; ``path`` naming one file runs that file alone."""
+    own = set_dir / str(config.get("path", "tests"))
+    if own.is_file():
+        return [own]
+    return [folder for folder in (own, *shared_dirs(set_dir, config)) if folder.is_dir()]
+
+
+def run_pytest(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Path | None, config: dict[str, Any],
                selection: list[str] | None = None) -> dict[str, Any]:
-    """One pytest run in ``python`` (recording which tree code each test runs); ``selection`` limits
-    it to those node ids (relative to the set directory)."""
-    env = {"PATCHKIT_TARGET": str(ctx.root), "PYTHONDONTWRITEBYTECODE": "1", "PATCHKIT_TRACE_DEPS": "1"}
+    """One pytest run in ``python`` over ``tests`` (recording which tree code each test runs);
+    ``selection`` limits it to those node ids (relative to the set directory)."""
+    env = {"PATCHKIT_TARGET": str(ctx.root), "PATCHKIT_SET": str(ctx.set_dir), "PYTHONDONTWRITEBYTECODE": "1",
+           "PATCHKIT_TRACE_DEPS": "1"}
     if stub_dir:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub_dir), os.environ.get("PYTHONPATH")]))
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
@@ -66,7 +103,8 @@ def run_pytest(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path 
         # an empty config of our own: a checkout's pyproject.toml above the set (its addopts, testpaths) must
         # not decide how the set's tests run
         (Path(tmp) / "pytest.ini").write_text("[pytest]\n")
-        targets = [str(ctx.set_dir / nodeid) for nodeid in selection] if selection is not None else [str(tests_dir)]
+        targets = [str(ctx.set_dir / nodeid) for nodeid in selection] if selection is not None else [
+            str(path) for path in tests]
         args = [python, str(RUNNER), out, str(ctx.root), *targets, "-q", "--tb=short", "-p", "no:cacheprovider",
                 "-c", str(Path(tmp) / "pytest.ini"), f"--rootdir={ctx.set_dir}", *config.get("args", [])]
         try:
@@ -84,17 +122,22 @@ def resolve(path: str, base: Path) -> Path:
     return candidate if candidate.is_absolute() else (base / candidate)
 
 
-def test_line(failure: dict[str, Any], tests_dir: Path, set_dir: Path) -> tuple[str, int | None]:
-    """The failing line inside the set's tests: the last traceback entry there, else the test's own line."""
-    tests = str((tests_dir if tests_dir.is_dir() else tests_dir.parent).resolve()) + "/"
+def scopes(tests: list[Path]) -> list[Path]:
+    """The folders the run's tests live in (a file runs with its folder's conftest and helpers)."""
+    return [path if path.is_dir() else path.parent for path in tests]
+
+
+def test_line(failure: dict[str, Any], tests: list[Path], set_dir: Path) -> tuple[str, int | None]:
+    """The failing line inside the tests run: the last traceback entry there, else the test's own line."""
+    prefixes = tuple(str(scope.resolve()) + "/" for scope in scopes(tests))
     frames = [(resolve(p, set_dir).resolve(), line) for p, line in failure["entries"]]
-    inside = [(p, line) for p, line in frames if str(p).startswith(tests)]
+    inside = [(p, line) for p, line in frames if str(p).startswith(prefixes)]
     if inside:
         return display_path(inside[-1][0]), inside[-1][1]
     if failure["location"]:
         path, line0 = failure["location"][0], failure["location"][1]
         return display_path(resolve(path, set_dir)), (line0 + 1 if line0 is not None else None)
-    return display_path(tests_dir), None
+    return display_path(tests[0]), None
 
 
 def raised_in_tree(failure: dict[str, Any], root: Path) -> str:
@@ -105,8 +148,8 @@ def raised_in_tree(failure: dict[str, Any], root: Path) -> str:
     return ""
 
 
-def failure_finding(failure: dict[str, Any], tests_dir: Path, ctx: VerifyContext) -> Finding:
-    file, line = test_line(failure, tests_dir, ctx.set_dir)
+def failure_finding(failure: dict[str, Any], tests: list[Path], ctx: VerifyContext) -> Finding:
+    file, line = test_line(failure, tests, ctx.set_dir)
     crash = failure.get("crash")
     text = failure["text"].strip()
     what = crash[2].splitlines()[0] if crash and crash[2] else (text.splitlines()[-1] if text else "")
@@ -134,14 +177,14 @@ def traced_finding(failure: dict[str, Any], ctx: VerifyContext, added: dict[str,
                    hint="the test's own finding shows its assertion; the error passed through here")
 
 
-def findings_from(outcome: dict[str, Any], tests_dir: Path, ctx: VerifyContext,
+def findings_from(outcome: dict[str, Any], tests: list[Path], ctx: VerifyContext,
                   added: dict[str, frozenset[int]] | None = None) -> list[Finding]:
     code = outcome["returncode"]
-    findings = [failure_finding(f, tests_dir, ctx) for f in outcome["failures"]]
+    findings = [failure_finding(f, tests, ctx) for f in outcome["failures"]]
     if added:
         traced = (traced_finding(f, ctx, added) for f in outcome["failures"])
         findings += list({(f.file, f.line): f for f in traced if f is not None}.values())
-    shown = display_path(tests_dir)
+    shown = display_path(tests[0])
     if code == 5:
         findings.append(Finding(gate=NAME, severity=Severity.WARNING, file=shown, line=None,
                                 message="pytest collected no tests",
@@ -166,16 +209,16 @@ def run(ctx: VerifyContext) -> list[Finding]:
     config = ctx.gate_config(NAME)
     # `path` is the tests folder, or one test file of it (a narrowed run, as the seeded-defect rows use)
     tests_dir = ctx.set_dir / str(config.get("path", "tests"))
-    if not (tests_dir.is_dir() or tests_dir.is_file()):
+    tests = paths_to_run(ctx.set_dir, config)
+    if not tests:
         return [Finding(gate=NAME, severity=Severity.WARNING, file=display_path(tests_dir), line=None,
                         message="the patch set has no tests folder: nothing was run",
                         hint="add the set's tests under tests/")]
-    scope = tests_dir if tests_dir.is_dir() else tests_dir.parent  # a file runs with its folder's conftest
     interpreter = choose_interpreter(ctx, config)
     stub_dir, stub_rows = stubs(ctx, NAME)
     suite = key_of(NAME, interpreter.spec_key, config, RUNNER.read_text(),
-                   hash_files((p for p in scope.rglob("*") if p.is_file() and "__pycache__" not in p.parts),
-                              scope),
+                   [hash_files((p for p in scope.rglob("*") if p.is_file() and "__pycache__" not in p.parts), scope)
+                    for scope in scopes(tests)],
                    hash_files(stub_dir.rglob("*.py")) if stub_dir else None,
                    python_names(ctx.root, str(ctx.manifest.verify.get("source_root", "python"))))
     key = key_of(suite, ctx.base_commit, {rel: sha256_file(ctx.root / rel) for rel in ctx.touched})
@@ -183,22 +226,26 @@ def run(ctx: VerifyContext) -> list[Finding]:
     outcome = cache.get(key)
     if outcome is None:
         store = SnapshotStore(ctx.cache_dir, suite)
-        outcome = _run_with_impact(interpreter.python, tests_dir, ctx, stub_dir, config, store)
+        outcome = _run_with_impact(interpreter.python, tests, ctx, stub_dir, config, store)
         if outcome["returncode"] in (0, 1, 5):
             cache.put(key, {k: v for k, v in outcome.items() if k not in ("deps", "tests")})
-    note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests_dir), line=None,
-                   message=f"set tests {interpreter.note}")
+    note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests[0]), line=None,
+                   message=f"set tests {interpreter.note}" + _shared_note([p for p in tests if p != tests_dir]))
     added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")], ctx.base_commit)
-    return [note, *stub_rows, *findings_from(outcome, tests_dir, ctx, added)]
+    return [note, *stub_rows, *findings_from(outcome, tests, ctx, added)]
 
 
-def _run_with_impact(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir: Path | None,
+def _shared_note(shared: list[Path]) -> str:
+    return f", with the shared tests in {', '.join(display_path(p) for p in shared)}" if shared else ""
+
+
+def _run_with_impact(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Path | None,
                      config: dict[str, Any], store: SnapshotStore) -> dict[str, Any]:
     """Rerun only the tests that ran changed code since a recorded run of the same suite (all of them
     when nothing is recorded, or module-level code changed), and merge the rest from the record."""
     found = store.best(ctx.root) if config.get("impact", True) else None
     if found is None:
-        outcome = run_pytest(python, tests_dir, ctx, stub_dir, config)
+        outcome = run_pytest(python, tests, ctx, stub_dir, config)
         snapshot = Snapshot.record(ctx.root, outcome) if outcome.get("returncode") in (0, 1) else None
         if snapshot is not None:
             store.add(snapshot)
@@ -207,9 +254,9 @@ def _run_with_impact(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir:
     if not affected:
         merged = previous.merged({"tests": {}}, ctx.root)
         return merged
-    fresh = run_pytest(python, tests_dir, ctx, stub_dir, config, affected)
+    fresh = run_pytest(python, tests, ctx, stub_dir, config, affected)
     if fresh.get("returncode") not in (0, 1) or not fresh.get("tests"):
-        return run_pytest(python, tests_dir, ctx, stub_dir, config)  # something odd: run everything
+        return run_pytest(python, tests, ctx, stub_dir, config)  # something odd: run everything
     merged = previous.merged(fresh, ctx.root)
     recorded = Snapshot.record(ctx.root, fresh)
     if recorded is not None:
@@ -239,4 +286,18 @@ EXAMPLES = (
             passes=False, expect="could not be collected"),
     Example(name="a set without tests is reported", files={"python/pkg/__init__.py": ""}, passes=False,
             expect="no tests folder"),
+    Example(name="the shared tests run with the set's own, against its tree",
+            files={"python/pkg/__init__.py": "",
+                   "python/pkg/algo.py": "def add(a, b):\n    return a + b\n\n\ndef first(xs):\n    return xs[0]\n",
+                   "@set/tests/test_algo.py": _TEST_ADD, "@set/../shared/test_core.py": _TEST_FIRST},
+            config={"shared": ["../shared"]}, passes=True, expect="2 passed, 0 failed"),
+    Example(name="a bug only the shared tests see",
+            files={"python/pkg/__init__.py": "",
+                   "python/pkg/algo.py": "def add(a, b):\n    return a + b\n\n\ndef first(xs):\n    return xs[-1]\n",
+                   "@set/tests/test_algo.py": _TEST_ADD,
+                   "@set/../shared/test_core.py": _TEST_FIRST.replace("[7]", "[7, 8]")},
+            config={"shared": ["../shared"]}, passes=False, expect="test_core.py::test_first failed (call)"),
+    Example(name="a shared package that is not there",
+            files={"python/pkg/__init__.py": "", "@set/tests/test_algo.py": _TEST_ADD},
+            config={"shared": ["../nowhere"]}, passes=False, expect="names '../nowhere', which is not a folder"),
 )

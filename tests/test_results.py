@@ -42,7 +42,7 @@ RESULTS = result_classes()
 
 def test_the_results_are_found():
     names = {f"{c.__module__}.{c.__qualname__}" for c in RESULTS}
-    assert "patchkit.verify.run.VerifyResult" in names and "patchkit.patchset.status.StatusResult" in names
+    assert "patchkit.verify.outcome.VerifyResult" in names and "patchkit.patchset.status.StatusResult" in names
 
 
 @pytest.mark.parametrize("cls", RESULTS, ids=lambda c: c.__qualname__)

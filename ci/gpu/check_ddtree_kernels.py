@@ -323,9 +323,19 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def shared_tests(set_dir: Path) -> list[Path]:
+    """The shared test packages the set's manifest names (``[verify.tests] shared``: the DDTree core
+    module's tests, kept once for every set), run with the set's own tests against its tree."""
+    import tomllib  # Python 3.11+, as the GPU hosts run
+
+    manifest = tomllib.loads((set_dir / "manifest.toml").read_text()) if (set_dir / "manifest.toml").is_file() else {}
+    return [(set_dir / rel).resolve() for rel in manifest.get("verify", {}).get("tests", {}).get("shared", [])]
+
+
 def test_command(set_dir: Path, workers: int, out_dir: Path) -> tuple[list[str], str]:
     tests = set_dir / "tests"
-    command = [sys.executable, "-m", "pytest", str(tests), "-q", "-rs", "-p", "no:cacheprovider",
+    command = [sys.executable, "-m", "pytest", str(tests), *map(str, shared_tests(set_dir)), "-q", "-rs",
+               "-p", "no:cacheprovider",
                "--ignore", str(tests / "integration"), "--junitxml", str(out_dir / "tests.xml")]
     note = ""
     if workers > 1 and importlib.util.find_spec("xdist") is not None:

@@ -7,7 +7,7 @@ PATCHKIT_TARGET) the module under test, python/sglang/srt/speculative/ddtree_uti
 taken from patch 0001 of ddtree_patches/v1 (it adds the whole file), so a repository
 checkout is enough.
 
-1. ``python -m pytest ddtree_patches/v1/tests -q`` against that tree (tests/integration,
+1. ``python -m pytest ddtree_patches/v1/tests <shared core tests> -q`` against that tree (tests/integration,
    which need SGLang's dependencies, are left out); the Triton tests run on CUDA.
 2. ``build_ddtree_tree_from_topk`` timed with the Triton path on and off
    (SGLANG_DDTREE_TRITON=0, a second import of the module), eager and replayed from a CUDA
@@ -72,9 +72,19 @@ def load(path: Path, name: str, **env: str):
                 os.environ[key] = value
 
 
+def shared_tests(set_dir: Path) -> list[Path]:
+    """The shared test packages the set's manifest names (``[verify.tests] shared``: the DDTree core
+    module's tests, kept once for every set), run with the set's own tests against its tree."""
+    import tomllib  # Python 3.11+, as the GPU hosts run
+
+    manifest = tomllib.loads((set_dir / "manifest.toml").read_text()) if (set_dir / "manifest.toml").is_file() else {}
+    return [(set_dir / rel).resolve() for rel in manifest.get("verify", {}).get("tests", {}).get("shared", [])]
+
+
 def run_tests(tree: Path, python: str) -> int:
     env = {**os.environ, "PATCHKIT_TARGET": str(tree)}
-    command = [python, "-m", "pytest", str(SET_DIR / "tests"), "-q", "-p", "no:cacheprovider",
+    command = [python, "-m", "pytest", str(SET_DIR / "tests"), *map(str, shared_tests(SET_DIR)), "-q",
+               "-p", "no:cacheprovider",
                "--ignore", str(SET_DIR / "tests" / "integration"), "-rs"]
     print("$", " ".join(command), flush=True)
     return subprocess.run(command, env=env, cwd=REPO).returncode

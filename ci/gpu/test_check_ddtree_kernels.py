@@ -196,3 +196,11 @@ def test_benchmark_verdicts_are_read_from_its_json(tmp_path):
     assert not ok and problems == ["bs=1 B=64: equals_torch_path ['mask']",
                                    "bs=1 B=64: host sync SYNC: cudaMemcpy / capture None"]
     assert checker.bench_summary(tmp_path / "missing.json") == (False, ["benchmark wrote no JSON"])
+
+
+def test_the_tests_step_runs_the_shared_core_tests_with_the_sets_own(tmp_path):
+    """The core module's tests left the sets' folders: the GPU step must still run them, as the manifest says."""
+    checker = load_checker()
+    set_dir = REPO_ROOT / "ddtree_patches" / "v2"
+    command, _ = checker.test_command(set_dir, 1, tmp_path)
+    assert command[3:5] == [str(set_dir / "tests"), str(REPO_ROOT / "ddtree_patches" / "common" / "ddtree_utils_tests")]

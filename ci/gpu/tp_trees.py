@@ -4,8 +4,9 @@
     python3 ci/gpu/tp_trees.py --world-size 8                  # 8 GPUs, NCCL, V = 151936, bf16
     python3 ci/gpu/tp_trees.py --world-size 2 --device cpu     # gloo on 127.0.0.1
 
-The logic is the set's own test, ``ddtree_patches/<set>/tests/test_vocab_parallel_shards.py``
-(loaded by path; it needs only torch): one process per rank (``cuda:<rank>`` with NCCL), each
+The logic is the shared test of the DDTree core module,
+``ddtree_patches/common/ddtree_utils_tests/test_tp_shard_worlds.py``, which every set runs against its
+own tree (loaded by path; it needs only torch): one process per rank (``cuda:<rank>`` with NCCL), each
 holding a padded vocabulary shard of the same random draft logits, local top-K, all-gather of
 (values, ids, max, sumexp), merge, tree build; every rank's tree and merged top-K are compared
 bit for bit with the tree one process builds from the full logits on the same device kind.
@@ -25,8 +26,8 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# The v1 set's name, then the v2 set's (file names must differ across sets: one pytest session collects both).
-TEST_FILES = (Path("tests") / "test_vocab_parallel_shards.py", Path("tests") / "test_tp_shard_worlds.py")
+# Where a set finds it: its own tests first, then the shared package its manifest names ([verify.tests] shared).
+TEST_FILES = (Path("tests") / "test_tp_shard_worlds.py", Path("../common/ddtree_utils_tests/test_tp_shard_worlds.py"))
 MODULE_IN_TREE = Path("python/sglang/srt/speculative/ddtree_utils.py")
 QWEN3_VOCAB = 151936
 
@@ -59,8 +60,8 @@ def module_path(args: argparse.Namespace) -> Path:
 
 
 def load_test_module(set_dir: Path):
-    """The set's vocab-parallel test file as a module (it imports only torch and the stdlib)."""
-    path = next((set_dir / name for name in TEST_FILES if (set_dir / name).is_file()), set_dir / TEST_FILES[0])
+    """The vocab-parallel test file the set runs, as a module (it imports only torch and the stdlib)."""
+    path = next((set_dir / name for name in TEST_FILES if (set_dir / name).is_file()), set_dir / TEST_FILES[-1])
     if not path.is_file():
         raise BadInput(f"{path} does not exist: is {set_dir} a patch set?")
     spec = importlib.util.spec_from_file_location("vocab_parallel_shards", path)

@@ -162,3 +162,33 @@ def load_bench_profile(set_dir: Path) -> BenchProfile:
         max_budget=table.integer("max_budget", 1024), max_concurrency=table.integer("max_concurrency", 48),
         server_args=server_args,
     )
+
+
+# ---------------------------------------------------------------- variants (a spec at one budget)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    spec: VariantSpec
+    budget: int | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.name}-b{self.budget}" if self.budget is not None else self.spec.name
+
+    @property
+    def label(self) -> str:
+        base = KIND_LABELS[self.spec.kind] if self.spec.name in ("baseline", "dflash", "ddtree") else self.spec.name
+        return f"{base} B={self.budget}" if self.budget is not None else base
+
+    def args(self) -> tuple[str, ...]:
+        if self.budget is None:
+            return self.spec.args
+        return tuple(a.replace(BUDGET_PLACEHOLDER, str(self.budget)) for a in self.spec.args)
+
+
+def expand(specs: tuple[VariantSpec, ...], budgets: tuple[int, ...]) -> list[Variant]:
+    out = []
+    for spec in specs:
+        out += [Variant(spec=spec, budget=b) for b in budgets] if spec.per_budget else [Variant(spec=spec, budget=None)]
+    return out

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from patchkit.bench import measure, phases, sampling
 from patchkit.bench.acceptance import AcceptanceTable, load_acceptance, project
-from patchkit.bench.profile import BUDGET_PLACEHOLDER, KIND_LABELS, BenchProfile, VariantSpec, load_bench_profile
+from patchkit.bench.profile import BenchProfile, Variant, VariantSpec, expand, load_bench_profile
 from patchkit.bench.results import (
     BenchResult,
     LevelRun,
@@ -154,33 +154,6 @@ def check_outputs_dir(path: Path | None, option: str) -> None:
 
 
 # ---------------------------------------------------------------- variants and levels
-
-
-@dataclass(frozen=True, kw_only=True)
-class Variant:
-    spec: VariantSpec
-    budget: int | None
-
-    @property
-    def name(self) -> str:
-        return f"{self.spec.name}-b{self.budget}" if self.budget is not None else self.spec.name
-
-    @property
-    def label(self) -> str:
-        base = KIND_LABELS[self.spec.kind] if self.spec.name in ("baseline", "dflash", "ddtree") else self.spec.name
-        return f"{base} B={self.budget}" if self.budget is not None else base
-
-    def args(self) -> tuple[str, ...]:
-        if self.budget is None:
-            return self.spec.args
-        return tuple(a.replace(BUDGET_PLACEHOLDER, str(self.budget)) for a in self.spec.args)
-
-
-def expand(specs: tuple[VariantSpec, ...], budgets: tuple[int, ...]) -> list[Variant]:
-    out = []
-    for spec in specs:
-        out += [Variant(spec=spec, budget=b) for b in budgets] if spec.per_budget else [Variant(spec=spec, budget=None)]
-    return out
 
 
 #: One level's jobs, per measured repeat the generations in job order, and the repeats' wall-clock span.

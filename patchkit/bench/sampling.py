@@ -31,8 +31,7 @@ from patchkit.smoke.prompts import Prompt
 from patchkit.smoke.server import ServerGroup
 
 if TYPE_CHECKING:
-    from patchkit.bench.profile import VariantSpec
-    from patchkit.bench.run import Variant
+    from patchkit.bench.profile import Variant, VariantSpec
     from patchkit.smoke.launch import Status
 
 ALPHA = 1e-3

@@ -14,7 +14,8 @@ from rich.table import Table
 
 from patchkit.render import NORMAL, QUIET, VERBOSE, err, human, out, say, table
 from patchkit.verify.api import Finding, Severity
-from patchkit.verify.run import DispatchSitesResult, GateRun, SymbolsResult, VerifyResult
+from patchkit.verify.outcome import GateRun, VerifyResult
+from patchkit.verify.run import DispatchSitesResult, SymbolsResult
 
 _STATUS_STYLE = {"pass": "green", "fail": "red", "crash": "bold magenta"}
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "dim"}

@@ -11,13 +11,10 @@ import os
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput
 from patchkit.verify.api import Finding, Severity
-
-if TYPE_CHECKING:  # run.py imports this module (lazily) to write the report
-    from patchkit.verify.run import GateRun, VerifyResult
+from patchkit.verify.outcome import GateRun, VerifyResult
 
 
 def _where(finding: Finding) -> str:
@@ -59,7 +56,7 @@ def _gate_suite(parent: ET.Element, run: GateRun) -> None:
 
 
 def junit_tree(result: VerifyResult) -> ET.ElementTree:
-    """The report for a :class:`patchkit.verify.run.VerifyResult`."""
+    """The report for a :class:`patchkit.verify.outcome.VerifyResult`."""
     root = ET.Element("testsuites", name="patchkit verify", time=f"{result.seconds:.3f}")
     for run in result.gates:
         _gate_suite(root, run)

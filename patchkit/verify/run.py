@@ -19,54 +19,16 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from patchkit import manifest as manifest_mod
 from patchkit import paths
-from patchkit.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, BadInput, PatchkitError
+from patchkit.errors import BadInput, PatchkitError
 from patchkit.results import CommandResult
 from patchkit.verify.api import Finding, Gate, Severity, VerifyContext
+from patchkit.verify.outcome import GateRun, GateStatus, VerifyResult
 from patchkit.verify.reuse import GateReuse, reuse_for
-from patchkit.verify.target import TargetCheck, base_and_touched, check_target, tree_identity
-
-GateStatus = Literal["pass", "fail", "crash"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class GateRun:
-    """One gate's outcome."""
-
-    gate: str
-    status: GateStatus
-    seconds: float
-    findings: tuple[Finding, ...]
-    traceback: str | None = None  # set when status is crash
-    reused: bool = False  # replayed from an earlier pass on the same inputs (patchkit.verify.reuse)
-
-    def count(self, severity: Severity) -> int:
-        return sum(1 for f in self.findings if f.severity == severity)
-
-
-@dataclass(frozen=True, kw_only=True)
-class VerifyResult(CommandResult):
-    """What ``patchkit verify`` found; ``exit_code`` is 3 on a crash, 1 on findings, 0 when clean."""
-
-    target: str
-    set_dir: str
-    target_check: TargetCheck  # whether the target is exactly the set applied, said before any gate ran
-    touched: tuple[str, ...]
-    gates: tuple[GateRun, ...]
-    seconds: float
-    junit: str | None = None
-
-    @property
-    def exit_code(self) -> int:
-        if any(run.status == "crash" for run in self.gates):
-            return EXIT_INTERNAL
-        return EXIT_OK if self.ok else EXIT_FAILED
-
-    def findings(self) -> tuple[Finding, ...]:
-        return tuple(f for run in self.gates for f in run.findings)
+from patchkit.verify.target import base_and_touched, check_target, tree_identity
 
 
 class GateProgress(Protocol):

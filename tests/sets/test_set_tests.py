@@ -1,11 +1,13 @@
-"""Each patch set's own tests (``ddtree_patches/<set>/tests``), each set in a pytest process of its own.
+"""Each patch set's tests, each set in a pytest process of its own: its own ``ddtree_patches/<set>/tests``
+and the shared packages its manifest names (``[verify.tests] shared``: the DDTree core module's tests in
+``ddtree_patches/common/ddtree_utils_tests``), the same paths ``patchkit verify --gate tests`` runs.
 
-Two sets carry test modules and helpers of the same names (``test_topk.py``, ``ddtree_reference.py``),
-and each set's integration tests import its own patched tree's ``sglang``: in one process the first
-set's modules would shadow the second's. One process per set keeps them apart, as
-``patchkit verify --gate tests`` does. The set's tests find their tree themselves
-(``patchkit.testing.patched_tree``: ``$PATCHKIT_TARGET``, else a tree built once under the patchkit
-home), so this test passes the caller's environment through, not the suite's per-test home.
+Each set's tests run against its own patched tree, and its integration tests import that tree's
+``sglang``: in one process the first set's modules would shadow the second's. One process per set keeps
+them apart, as ``patchkit verify --gate tests`` does. The tests find their tree themselves
+(``patchkit.testing.patched_tree`` for ``$PATCHKIT_SET``: ``$PATCHKIT_TARGET``, else a tree built once
+under the patchkit home), so this test passes the caller's environment through, not the suite's
+per-test home.
 """
 
 from __future__ import annotations
@@ -17,27 +19,46 @@ from pathlib import Path
 
 import pytest
 
+from patchkit.checks.settests import paths_to_run
+from patchkit.errors import BadInput
+from patchkit.manifest import load
+
 pytestmark = pytest.mark.long  # a minute or more: scheduled first (conftest.py)
 
 REPO = Path(__file__).resolve().parents[2]
-SET_TEST_DIRS = sorted(path for path in (REPO / "ddtree_patches").glob("*/tests") if path.is_dir())
+SETS = sorted(path.parent for path in (REPO / "ddtree_patches").glob("*/manifest.toml"))
 
 
 # Read at collection, before the suite-wide autouse fixture points PATCHKIT_HOME at a fresh folder.
 CALLER_ENVIRONMENT = dict(os.environ)
 
 
-@pytest.mark.parametrize("tests_dir", SET_TEST_DIRS, ids=[path.parent.name for path in SET_TEST_DIRS])
-def test_the_sets_own_tests_pass(tests_dir: Path) -> None:
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests_dir)]
+def set_tests(set_dir: Path) -> list[Path]:
+    return paths_to_run(set_dir, load(set_dir).verify_table("tests"))
+
+
+@pytest.mark.parametrize("set_dir", SETS, ids=[path.name for path in SETS])
+def test_the_sets_own_tests_pass(set_dir: Path) -> None:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, set_tests(set_dir))]
     if "PYTEST_XDIST_WORKER" in os.environ:  # the suite's workers already hold every core: one more
         command += ["-n", "0"]  # set of workers would only add their start-up (torch, collection)
-    done = subprocess.run(command, cwd=REPO, env=CALLER_ENVIRONMENT, capture_output=True, text=True, timeout=3000)
-    name = tests_dir.relative_to(REPO)
+    environment = {**CALLER_ENVIRONMENT, "PATCHKIT_SET": str(set_dir)}
+    done = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=3000)
+    name = set_dir.relative_to(REPO)
     summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
     assert done.returncode == 0, f"{name}: {summary}\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
     print(f"{name}: {summary}")
 
 
-def test_every_set_with_tests_is_run() -> None:
-    assert {path.parent.name for path in SET_TEST_DIRS} >= {"v1", "v2", "v3"}
+def test_every_set_runs_its_tests_and_the_shared_core_tests() -> None:
+    shared = REPO / "ddtree_patches" / "common" / "ddtree_utils_tests"
+    assert {path.name for path in SETS} >= {"v1", "v2", "v3"}
+    for set_dir in SETS:
+        assert set_tests(set_dir) == [set_dir / "tests", shared], set_dir.name
+
+
+def test_a_shared_package_that_is_not_there_is_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "manifest.toml").write_text('[verify.tests]\nshared = ["../nowhere"]\n')
+    with pytest.raises(BadInput) as caught:
+        paths_to_run(tmp_path, {"shared": ["../nowhere"]})
+    assert "'../nowhere'" in caught.value.message and caught.value.location.line == 2

@@ -13,7 +13,8 @@ from patchkit.errors import BadInput
 from patchkit.git import Repo
 from patchkit.testing.verify import applied_example, commit_all, make_tree, write_files, write_manifest
 from patchkit.verify.api import Finding, Severity
-from patchkit.verify.run import GateRun, VerifyResult, build_context, run_gates, verify
+from patchkit.verify.outcome import GateRun, VerifyResult
+from patchkit.verify.run import build_context, run_gates, verify
 from patchkit.verify.target import TargetCheck
 
 CALLS: list[str] = []

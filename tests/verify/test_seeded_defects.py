@@ -83,7 +83,8 @@ DEFECTS = (
            "backend case failure traces back to this added line"),
     Defect("algorithm bug only the set's tests see", "tests", "0001-*.patch",
            "return torch.cumsum(x, dim=-1) - x", "return torch.cumsum(x, dim=-1)", "failed (call)",
-           where="tests/test_tree_builder.py", config={"tests": {"path": "tests/test_tree_builder.py"}}),
+           where="ddtree_utils_tests/test_builder_vs_heap.py",
+           config={"tests": {"path": "../common/ddtree_utils_tests/test_builder_vs_heap.py"}}),
     Defect("runtime import error", "imports", "0001-*.patch", "DDTREE_GREEDY_TEMPERATURE = 1e-5",
            "DDTREE_GREEDY_TEMPERATURE = 1e-5 / 0", "ddtree_utils failed: ZeroDivisionError"),
     # ---- issue 16, class 1: the definition behind every family site, and membership collections

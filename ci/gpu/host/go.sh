@@ -104,7 +104,7 @@ base_tree() {  # the base commit's content, rebuilt by patchkit's own code (tree
 }
 
 set_tree() {  # a fresh copy of the base, then this checkout's set applied; sglang's imports checked
-  rm -rf "$TREE" && cp -a "$PRISTINE" "$TREE" && fetch_apply && (cd "$TREE" && git log --oneline | head -3) \
+  rm -rf "$TREE" && cp -a "$PRISTINE" "$TREE" && fetch_apply && git -C "$TREE" log --oneline -3 \
     && PYTHONPATH="$TREE/python:$SITE" "$PY" -c \
        "import sglang, sglang.launch_server, sglang.srt.speculative.ddtree_worker_v2; print('sglang imports ok')"
 }

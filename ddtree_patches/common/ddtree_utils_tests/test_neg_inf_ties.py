@@ -14,8 +14,12 @@ import math
 import random
 from pathlib import Path
 
+import pytest
 import torch
 from _kernel_helpers import INTERPRETER_PREAMBLE, draft_logits_case, run_interpreted
+
+# the torch twin of the fused top-K (v2/v3)
+pytestmark = pytest.mark.needs("_topk_from_logits_torch")
 
 TREE_FIELDS = ("node_token_ids", "depths", "parents", "num_nodes", "visibility")
 

@@ -55,9 +55,10 @@ def test_kernel_limits(ddtree_utils):
     supported = ddtree_utils._triton_tree_supported
     assert supported(lp, ids, 1) and supported(lp, ids, 1021)
     assert not supported(lp, ids, 0) and not supported(lp, ids, 1022)
-    deep_lp, deep_ids = small_top(ddtree_utils, depth=33, k=4)
-    assert not supported(deep_lp, deep_ids, 64)  # 33 reachable depths > 31 (5 bits in the kernel)
-    assert supported(deep_lp, deep_ids, 31)  # only min(L, B) depths are reachable
+    most = ddtree_utils._TRITON_TREE_MAX_DEPTH  # the kernel's depth field: 31 (5 bits) in v2/v3, 18 in v1
+    deep_lp, deep_ids = small_top(ddtree_utils, depth=most + 2, k=4)
+    assert not supported(deep_lp, deep_ids, 64)  # more reachable depths than the kernel holds
+    assert supported(deep_lp, deep_ids, most)  # only min(L, B) depths are reachable
     assert not supported(lp, ids[:, :, :4], 8)  # shapes differ
     assert not supported(lp, ids.double(), 8)  # float token ids
     assert not supported(lp[:0], ids[:0], 8)  # empty batch
@@ -93,7 +94,8 @@ def random_case(ddtree_utils, rng: random.Random, gen: torch.Generator, regime: 
     """One random batch: (log-probs, token ids, budget), log-probs fp32 or bf16."""
     bs = rng.choice((1, 2, 3, 8, 16, 33, 64))
     budget = rng.choice((1, 2, 3, 5, 8, 16, 31, 64, 100, 128, 255, 256, 384, 512))
-    depth = rng.randint(1, 16) if rng.random() < 0.85 else rng.randint(17, 31)
+    most = ddtree_utils._TRITON_TREE_MAX_DEPTH
+    depth = rng.randint(1, 16) if rng.random() < 0.85 or most <= 16 else rng.randint(17, most)
     vocab = rng.choice((3, 7, 16, 50, 300, 1000))
     k = min(vocab, rng.choice((budget, budget + 7, max(1, budget // 3), 1)))
     logits = draft_logits(regime, (bs, depth, vocab), gen).to(device)
@@ -192,7 +194,7 @@ def test_off_switch_selects_torch_on_cuda(ddtree_utils, cuda, monkeypatch):
 def test_unsupported_shapes_fall_back_to_torch(ddtree_utils, cuda, monkeypatch):
     gen = torch.Generator().manual_seed(5)
     cases = []
-    for shape, budget in (((2, 3, 1100), 1022), ((2, 33, 30), 64), ((2, 3, 9), 0)):
+    for shape, budget in (((2, 3, 1100), 1022), ((2, ddtree_utils._TRITON_TREE_MAX_DEPTH + 2, 30), 64), ((2, 3, 9), 0)):
         logits = draft_logits("gaussian", shape, gen).to(cuda)
         cases.append((*ddtree_utils.ddtree_topk_from_logits(logits, min(max(budget, 1), shape[-1])), budget))
     monkeypatch.setattr(ddtree_utils, "_build_tree_triton", must_not_run)

@@ -173,7 +173,23 @@ def new_manifest_text(text: str, new: Manifest, set_version: str | None) -> str:
             raise BadInput(f"cannot rewrite [{table}] {key}: it is not a `{key} = \"...\"` line of its own",
                            location=Location(str(new.path), number), hint="edit the manifest by hand")
         lines[number - 1] = f"{match.group(1)}{json.dumps(value)}{match.group(2)}"
-    return "".join(lines)
+    return drop_proofs("".join(lines))
+
+
+def drop_proofs(text: str) -> str:
+    """The ported set has been proven on nothing yet, and is no one's default: drop ``[[set.proven]]``
+    tables and ``[set] default`` (with the comment lines right above them)."""
+    kept: list[str] = []
+    table = ""
+    for line in text.splitlines(keepends=True):
+        if re.match(r"^\s*\[", line):
+            table = line.strip()
+        if table == "[[set.proven]]" or (table == "[set]" and re.match(r"^default\s*=", line)):
+            while kept and kept[-1].lstrip().startswith("#"):
+                kept.pop()
+            continue
+        kept.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "".join(kept))
 
 
 def pin_lines(text: str) -> set[int]:

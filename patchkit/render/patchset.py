@@ -9,6 +9,7 @@ from patchkit.patchset.base import BaseResult
 from patchkit.patchset.clean import CleanResult
 from patchkit.patchset.lock import LockResult
 from patchkit.patchset.refresh import RefreshResult
+from patchkit.patchset.sets import SetsResult, describe
 from patchkit.patchset.status import StatusResult
 from patchkit.render import QUIET, human, out, say, table
 
@@ -106,6 +107,20 @@ def _lock(result: LockResult, verbosity: int = 0) -> None:
     what = "updated" if result.changed else "already up to date"
     say(f"lock {what}: {result.set}, base tree {result.base_tree}, {len(result.patches)} patches, "
         f"{result.post_image_files} post-image files")
+
+
+@human.register
+def _sets(result: SetsResult, verbosity: int = 0) -> None:
+    if not result.sets:
+        say("no patch sets found")
+        return
+    shown = table("set", "version", "base", "python", "proven on", "default")
+    for row in result.sets:
+        proven = "\n".join([*describe(row.proven), *([row.caveat] if row.caveat else [])])
+        shown.add_row(Text(row.name), Text(row.label), Text(row.base), Text(", ".join(row.python)), Text(proven),
+                      "yes" if row.default else "")
+    out().print(shown)
+    say(f"in {result.root}; without --set every command takes {result.default} (--set NAME or --set DIR for another)")
 
 
 def _size(size: int) -> str:

@@ -504,7 +504,7 @@ class _Port:
         self.say("scanning the dispatch sites of both bases")
         bases = (self.state.old_base["commit"], self.state.new_base["commit"])
         contexts = [VerifyContext(root=root, set_dir=self.src, manifest=man, base_commit=commit, touched=(),
-                                  cache_dir=paths.cache_dir().resolve() / "verify", env_dir=paths.home() / "envs")
+                                  cache_dir=paths.verify_cache_dir().resolve(), env_dir=paths.envs_dir().resolve())
                     for root, commit in zip(roots, bases, strict=True)]
         self.scan_started = time.perf_counter()
         self.scan = drift.SiteScan(self.tools.dispatch, contexts, workers=SCAN_WORKERS)

@@ -64,6 +64,30 @@ def install_signal_handlers() -> None:
     signal.signal(signal.SIGINT, _interrupt_on_sigint)
 
 
+def reader_gone(stream: object) -> None:
+    """The reader of ``stream`` (a pipe) has gone, as ``| head -1`` or ``| true`` do: what is left to
+    print goes to /dev/null, and the command still ends with its own exit code (1 would say "failed"
+    or "drift"). ``stream`` is sys.stdout or sys.stderr."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def flush_output() -> None:
+    """Flush stdout and stderr before the interpreter does, so a closed pipe ends no run with 120."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            reader_gone(stream)
+        except (OSError, ValueError):
+            pass
+
+
 def crash_log_dir() -> Path:
     from patchkit import paths
 

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from patchkit import JSON_SCHEMA_VERSION
+from patchkit.error_handler import reader_gone
 from patchkit.errors import PatchkitError
 from patchkit.results import CommandResult, to_jsonable
 
@@ -34,11 +35,19 @@ from patchkit.results import CommandResult, to_jsonable
 QUIET, NORMAL, VERBOSE = -1, 0, 1
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader went away (``| head -1``): print no more, but let the command finish with its own
+        exit code (rich's default exits 1, which means "failed" or "drift" here)."""
+        self.quiet = True
+        reader_gone(self.file)
+
+
 def _console(stream: str) -> Console:
     file = getattr(sys, stream)
     terminal = hasattr(file, "isatty") and file.isatty()
     width = None if terminal else int(os.environ.get("COLUMNS") or 200)  # logs: no wrapping at 80 columns
-    return Console(stderr=stream == "stderr", highlight=False, soft_wrap=True, width=width)
+    return _Console(stderr=stream == "stderr", highlight=False, soft_wrap=True, width=width)
 
 
 class _Consoles:
@@ -88,7 +97,11 @@ def envelope(command: str, ok: bool, exit_code: int, **rest: Any) -> dict[str, A
 
 
 def _write_json(doc: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    try:
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone(sys.stdout)
 
 
 def emit(result: CommandResult, as_json: bool, verbosity: int = NORMAL) -> None:

@@ -24,12 +24,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import proc
+from patchkit import fsutil, proc
 from patchkit.errors import BadInput, Internal
 
 #: Identity of every commit patchkit creates itself (base commits, committer of patch commits).
@@ -379,6 +378,7 @@ class Quarantine:
 
 @contextlib.contextmanager
 def quarantine(repo: Repo) -> Iterator[Quarantine]:
-    """A :class:`Quarantine` for ``repo``, deleted on exit (published objects stay)."""
-    with tempfile.TemporaryDirectory(prefix="patchkit-objects-") as tmp:
-        yield Quarantine(repo, Path(tmp))
+    """A :class:`Quarantine` for ``repo``, deleted on exit (published objects stay), also when Ctrl-C
+    lands in its removal; one a killed patchkit left is removed by the next."""
+    with fsutil.scratch_dir("objects") as tmp:
+        yield Quarantine(repo, tmp)

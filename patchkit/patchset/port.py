@@ -556,9 +556,9 @@ class _Port:
         return report
 
     def new_manifest(self) -> Manifest:
-        with tempfile.TemporaryDirectory(prefix="patchkit-manifest-") as tmp:
-            (Path(tmp) / manifest_mod.MANIFEST_NAME).write_text(self.state.new_manifest_text, encoding="utf-8")
-            return manifest_mod.load(Path(tmp), with_lock=False)
+        with fsutil.scratch_dir("manifest") as tmp:
+            (tmp / manifest_mod.MANIFEST_NAME).write_text(self.state.new_manifest_text, encoding="utf-8")
+            return manifest_mod.load(tmp, with_lock=False)
 
     def diff_config(self) -> list[str]:
         """git's Python funcname driver for the upstream hunks' sections (never for the patches)."""

@@ -325,7 +325,11 @@ def open_repo(path: Path, what: str = "target") -> Repo:
                 hint=f"run patchkit as the owner of {path}, or mark it safe: git config --global --add "
                 f"safe.directory {path}",
             )
-        raise BadInput(f"{what} {path} is not a git repository", hint="run `patchkit base fetch` to create it")
+        empty = not any(path.iterdir())
+        raise BadInput(f"{what} {path} is not a git repository",
+                       hint=f"make the base tree there with `patchkit base fetch --dest {path}`" if empty else
+                       "pass --target with a tree `patchkit base fetch` made (without --target: the set's own base "
+                       "tree; `patchkit base fetch --dest NEW_DIR` makes one elsewhere)")
     top = Path(out.decode().strip())
     if top.resolve() != path.resolve():
         raise BadInput(f"{what} {path} is inside the git repository {top}, not its top level",

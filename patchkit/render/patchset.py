@@ -35,7 +35,12 @@ def _apply(result: ApplyResult, verbosity: int = 0) -> None:
         say(f"DRIFT: {result.target} is not exactly {result.set} applied to its base; nothing was changed")
         for entry in result.drift:
             say(f"  {entry.reason:<28} {entry.path}")
-        say("  (reset the tree to its base and re-run `patchkit apply`, or use `patchkit refresh` to keep edits)")
+        if any(entry.reason.startswith("your commit") for entry in result.drift):
+            say("  (your commits are kept as they are: `patchkit refresh` writes them into the set's patches; "
+                "`patchkit status` shows the rest)")
+        else:
+            say("  (commit your edits and run `patchkit refresh` to keep them in the set, or reset the tree to its "
+                "base and re-run `patchkit apply`)")
         return
     headline = {
         "applied": f"applied {len(result.patches)} patches of {result.set} to {result.target}",
@@ -72,6 +77,9 @@ def _status(result: StatusResult, verbosity: int = 0) -> None:
     if result.journal:
         say(f"  recovery: {result.journal}")
     say(f"  base: {'ok ' + (result.base_commit or '')[:12] if result.base_ok else 'NOT the pinned base'}")
+    if result.state == "base":
+        say(f"  not applied: the pinned base, unpatched; `patchkit apply` applies the {len(result.missing)} patches")
+        return
     for commit in result.applied:
         mark = "ok" if commit.matches else "DIFFERS"
         say(f"  applied  {commit.patch}  {commit.commit[:12]}  {mark}")

@@ -58,7 +58,8 @@ class AppliedCommit:
 @dataclass(frozen=True, kw_only=True)
 class DriftEntry:
     path: str
-    reason: str  # "modified", "missing", "should be absent", "uncommitted: XY", "not applied", "your commit on top of the set",
+    reason: str  # "modified", "missing", "should be absent", "uncommitted: XY", "not applied",
+    # "your commit on top of the set",
     # "assume-unchanged in the index: ..." (or skip-worktree, unmerged)
 
 

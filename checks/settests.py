@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,13 +110,36 @@ def run_pytest(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Pat
         args = [python, str(RUNNER), out, str(ctx.root), *targets, "-q", "--tb=short", "-p", "no:cacheprovider",
                 "-c", str(Path(tmp) / "pytest.ini"), f"--rootdir={ctx.set_dir}", *config.get("args", [])]
         try:
-            done = proc.run(args, check=False, env=env, cwd=ctx.set_dir, timeout=timeout)
+            done = proc.stream(args, PytestCounts(ctx.progress), check=False, env=env, cwd=ctx.set_dir,
+                               timeout=timeout)
             tail = (done.stdout + done.stderr)[-3000:]
         except subprocess.TimeoutExpired:
             return {"returncode": None, "failures": [], "counts": {}, "tail": f"timed out after {timeout:.0f} s"}
         if not out.exists():
             return {"returncode": done.returncode, "failures": [], "counts": {}, "tail": tail}
         return {**json.loads(out.read_text()), "tail": tail}
+
+
+_OUTCOMES = {".": "passed", "F": "failed", "E": "errors", "s": "skipped", "x": "xfailed", "X": "xpassed"}
+
+
+class PytestCounts:
+    """pytest's ``-q`` rows (``..s.F  [ 42%]``) as they come, told as running counts: a run of minutes
+    is never silent (``patchkit verify`` prints the count, or shows it live in a terminal)."""
+
+    def __init__(self, progress: Callable[[str], None]) -> None:
+        self.progress = progress
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, line: str) -> None:
+        row = re.fullmatch(r"([.FEsxX]+)\s*(\[\s*\d+%\])?", line.strip())
+        if not row:
+            return
+        for mark in row.group(1):
+            name = _OUTCOMES[mark]
+            self.counts[name] = self.counts.get(name, 0) + 1
+        done = ", ".join(f"{n} {name}" for name, n in self.counts.items())
+        self.progress(f"set tests: {done} so far" + (f" {row.group(2).replace(' ', '')}" if row.group(2) else ""))
 
 
 def resolve(path: str, base: Path) -> Path:

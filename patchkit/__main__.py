@@ -38,10 +38,19 @@ def main() -> None:
         _interrupted(abort.__cause__, "before the command began")
     except click.ClickException as error:
         error.show()
+        _finish(error.exit_code)
         sys.exit(error.exit_code)
+    except BrokenPipeError:  # --help or --version into a pipe whose reader has gone: it got what it wanted
+        _finish(0)
+        sys.exit(0)
     except SystemExit as done:
         if done.code == 130:
             _exit_interrupted()
+        if done.code == 1 and type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
+            # click's answer to a closed pipe while it printed --help or --version: the reader got
+            # what it wanted, and 1 would mean "failed" here
+            _finish(0)
+            sys.exit(0)
         _finish(0 if done.code is None else done.code if isinstance(done.code, int) else 1)
         raise
     code = code if isinstance(code, int) else 0
@@ -57,6 +66,7 @@ def _finish(code: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    error_handler.flush_output()
     if error_handler.interrupt_seen:
         _exit_now(code)
 

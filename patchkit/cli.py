@@ -83,9 +83,11 @@ def output_options(command: F) -> F:
 set_option = click.option(
     "--set",
     "set_dir",
+    metavar="NAME|DIR",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="Patch-set directory (default: the newest set under ddtree_patches/).",
+    help="Patch set: a shipped set's name (v1, v2, ...; `patchkit sets` lists them) or a set directory "
+         "(default: the set marked default, the newest proven on a GPU).",
 )
 target_option = click.option(
     "--target",
@@ -197,6 +199,15 @@ def lock_cmd(set_dir: Path | None, base_dir: Path | None, output: Output) -> Non
 
     run_command("lock", output, lambda: with_progress(
         "locking", output, lambda progress: lock.lock(base.resolve_set(set_dir), base_dir, progress)))
+
+
+@cli.command("sets", epilog=epilog())
+@output_options
+def sets_cmd(output: Output) -> None:
+    """The shipped patch sets: base, what each was proven on (CPU verify, GPU smoke, bench) and the default."""
+    from patchkit.patchset.sets import list_sets
+
+    run_command("sets", output, list_sets)
 
 
 # ---------------------------------------------------------------- patch sets: clean

@@ -64,6 +64,30 @@ def install_signal_handlers() -> None:
     signal.signal(signal.SIGINT, _interrupt_on_sigint)
 
 
+def reader_gone(stream: object) -> None:
+    """The reader of ``stream`` (a pipe) has gone, as ``| head -1`` or ``| true`` do: what is left to
+    print goes to /dev/null, and the command still ends with its own exit code (1 would say "failed"
+    or "drift"). ``stream`` is sys.stdout or sys.stderr."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def flush_output() -> None:
+    """Flush stdout and stderr before the interpreter does, so a closed pipe ends no run with 120."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            reader_gone(stream)
+        except (OSError, ValueError):
+            pass
+
+
 def crash_log_dir() -> Path:
     from patchkit import paths
 
@@ -86,15 +110,28 @@ def write_crash_log(command: str, exc: BaseException) -> Path | None:
         return None
 
 
+#: What this process's commit steps completed (``transaction.Transaction.move``): an interruption after
+#: one must say the change was made, not "nothing was changed".
+completed: list[str] = []
+
+
+def commit_completed(what: str) -> None:
+    """Record that a commit step completed (``what``: the ref and where it is now)."""
+    completed.append(what)
+
+
 def interrupted_message(command: str, signal_name: str | None) -> str:
-    what = _INTERRUPTED.get(command, "nothing was changed")
     how = f" by {signal_name}" if signal_name in ("SIGTERM", "SIGINT") else ""
-    return f"interrupted{how}; {what}"
+    if completed:
+        return (f"interrupted{how} after the commit step, which was completed: {'; '.join(completed)} "
+                "(`patchkit status` shows it)")
+    return f"interrupted{how}; {_INTERRUPTED.get(command, 'nothing was changed')}"
 
 
 @contextlib.contextmanager
 def handle_errors(command: str, as_json: bool, report: Report) -> Iterator[None]:
     """Map exceptions to exit codes (see the module docstring); ``report`` prints the error."""
+    completed.clear()  # a command run in-process (tests) starts with nothing done
     try:
         yield
     except Internal as error:

@@ -6,6 +6,8 @@
   exits, however it exits (kill -9 included), so there is never a stale lock to delete by hand; the
   holder writes who it is into the file, so a waiter can say whom it waits for.
 - :func:`read_utf8`: a file's text, or BadInput naming the file, line and byte that are not UTF-8.
+- :func:`scratch_dir`: a temporary folder that is removed even when Ctrl-C lands in its removal, and
+  whose leftovers (a kill -9) the next patchkit removes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
+import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -175,3 +181,75 @@ def decode_utf8(data: bytes, path: Path | str, what: str = "file") -> str:
             location=Location(str(path), line),
             hint="save it as UTF-8",
         ) from None
+
+
+# ---------------------------------------------------------------------- scratch folders
+#: Prefix of every scratch folder patchkit makes in the temporary directory: ``patchkit-<what>-<pid>-``.
+SCRATCH_PREFIX = "patchkit-"
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block, then raise the KeyboardInterrupt one of them would have
+    raised: a cleanup (an ``rmtree``) is never cut in half. Only the main thread can hold signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        raise KeyboardInterrupt(signal.Signals(received[0]).name)
+
+
+@contextlib.contextmanager
+def scratch_dir(what: str) -> Iterator[Path]:
+    """A fresh folder ``patchkit-<what>-<pid>-XXXX`` in the temporary directory, removed on exit even
+    when a signal arrives then (the removal runs with signals held). Folders an earlier process left
+    (killed with -9, say: nothing could remove them) are removed first, once their process is gone."""
+    from patchkit.patchset.hooks import pause
+
+    prefix = f"{SCRATCH_PREFIX}{what}-"
+    remove_orphans(prefix)
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        yield path
+    finally:
+        with signals_deferred():
+            pause(f"scratch-cleanup-{what}")
+            _rmtree_quietly(path)
+
+
+def remove_orphans(prefix: str, directory: Path | None = None) -> int:
+    """Remove the ``<prefix><pid>-*`` folders of ours whose process no longer exists; return how many."""
+    removed = 0
+    pattern = re.compile(re.escape(prefix) + r"(\d+)-")
+    root = directory or Path(tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            match = pattern.match(entry.name)
+            if not match or not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+            if not _alive(int(match.group(1))):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _rmtree_quietly(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -24,12 +24,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import proc
+from patchkit import fsutil, proc
 from patchkit.errors import BadInput, Internal
 
 #: Identity of every commit patchkit creates itself (base commits, committer of patch commits).
@@ -326,7 +325,11 @@ def open_repo(path: Path, what: str = "target") -> Repo:
                 hint=f"run patchkit as the owner of {path}, or mark it safe: git config --global --add "
                 f"safe.directory {path}",
             )
-        raise BadInput(f"{what} {path} is not a git repository", hint="run `patchkit base fetch` to create it")
+        empty = not any(path.iterdir())
+        raise BadInput(f"{what} {path} is not a git repository",
+                       hint=f"make the base tree there with `patchkit base fetch --dest {path}`" if empty else
+                       "pass --target with a tree `patchkit base fetch` made (without --target: the set's own base "
+                       "tree; `patchkit base fetch --dest NEW_DIR` makes one elsewhere)")
     top = Path(out.decode().strip())
     if top.resolve() != path.resolve():
         raise BadInput(f"{what} {path} is inside the git repository {top}, not its top level",
@@ -379,6 +382,7 @@ class Quarantine:
 
 @contextlib.contextmanager
 def quarantine(repo: Repo) -> Iterator[Quarantine]:
-    """A :class:`Quarantine` for ``repo``, deleted on exit (published objects stay)."""
-    with tempfile.TemporaryDirectory(prefix="patchkit-objects-") as tmp:
-        yield Quarantine(repo, Path(tmp))
+    """A :class:`Quarantine` for ``repo``, deleted on exit (published objects stay), also when Ctrl-C
+    lands in its removal; one a killed patchkit left is removed by the next."""
+    with fsutil.scratch_dir("objects") as tmp:
+        yield Quarantine(repo, tmp)

@@ -42,6 +42,19 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HINT = f"fix {MANIFEST_NAME} (see README: patch-set format)"
 
 
+#: What a ``[[set.proven]]`` entry may say was run: the CPU gates, the GPU smoke test, the GPU bench.
+PROOF_CHECKS = ("verify", "smoke", "bench")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Proof:
+    """One ``[[set.proven]]`` entry: which check passed, on what, when (``YYYY-MM-DD``)."""
+
+    check: str  # one of PROOF_CHECKS
+    on: str  # the machine, e.g. "CPU" or "1x H200, torch 2.11.0+cu130"
+    date: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class SetInfo:
     name: str
@@ -49,6 +62,13 @@ class SetInfo:
     description: str
     python: tuple[str, ...]
     allow_binary: tuple[str, ...] = ()  # patch files allowed to carry binary diffs
+    default: bool = False  # the set commands take without --set (see patchkit.paths.default_set_dir)
+    proven: tuple[Proof, ...] = ()
+    caveat: str = ""  # what keeps it from being the default, said by `patchkit sets`
+
+    @property
+    def gpu_proven(self) -> bool:
+        return any(p.check in ("smoke", "bench") for p in self.proven)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +208,12 @@ class _Fields:
             raise self.error(key, f"[{self.table}] {key} must be a list of strings")
         return tuple(value)
 
+    def boolean(self, key: str, default: bool = False) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"[{self.table}] {key} must be true or false")
+        return value
+
     def positive(self, key: str, default: float) -> float:
         value = self.data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -275,7 +301,28 @@ def _set_info(f: _Fields) -> SetInfo:
         description=f.string("description"),
         python=f.strings("python"),
         allow_binary=f.strings("allow_binary"),
+        default=f.boolean("default"),
+        proven=_proofs(f),
+        caveat=str(f.data.get("caveat", "")),
     )
+
+
+def _proofs(f: _Fields) -> tuple[Proof, ...]:
+    """``[[set.proven]]``: check, on, date (a TOML date or a ``YYYY-MM-DD`` string)."""
+    entries = f.data.get("proven", [])
+    if not isinstance(entries, list):
+        raise f.error("proven", "[set] proven must be an array of tables ([[set.proven]])")
+    proofs = []
+    for entry in entries:
+        pf = _Fields(f.path, f.text, "set.proven", entry)
+        check = pf.string("check")
+        if check not in PROOF_CHECKS:
+            raise pf.error("check", f"[[set.proven]] check = {check!r}; expected one of {', '.join(PROOF_CHECKS)}")
+        date = str(pf.data.get("date", ""))
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
+            raise pf.error("date", f"[[set.proven]] date = {date!r}; expected a date like 2026-12-03")
+        proofs.append(Proof(check=check, on=pf.string("on"), date=date))
+    return tuple(proofs)
 
 
 def _pypi(path: Path, text: str, data: Any) -> PypiBase:

@@ -143,14 +143,26 @@ def _searched() -> str:
     return ", ".join(str(root) for root in sets_roots())
 
 
-def default_set_dir() -> Path:
-    """The newest set (highest version-like directory name) under the first root holding one."""
+def shipped_sets() -> list[Path]:
+    """The set directories under the first root that holds any, oldest name first."""
     for root in sets_roots():
         if root.is_dir():
             sets = [d for d in root.iterdir() if (d / "manifest.toml").is_file()]
             if sets:
-                return max(sets, key=lambda d: _version_key(d.name))
-    raise BadInput(f"no patch set found; looked in {_searched()}", hint="pass --set DIR")
+                return sorted(sets, key=lambda d: _version_key(d.name))
+    return []
+
+
+def default_set_dir() -> Path:
+    """The set commands take without ``--set``: the newest of those whose manifest says ``default = true``
+    under ``[set]`` (the newest set proven on a GPU, see ``patchkit sets``), else the newest set."""
+    from patchkit.manifest import load  # the human part only: a stale lock must not hide the default
+
+    sets = shipped_sets()
+    if not sets:
+        raise BadInput(f"no patch set found; looked in {_searched()}", hint="pass --set NAME or --set DIR")
+    marked = [d for d in sets if load(d, with_lock=False).set.default]
+    return (marked or sets)[-1]
 
 
 def default_target(manifest: Manifest) -> Path:
@@ -163,12 +175,12 @@ def default_target(manifest: Manifest) -> Path:
 
 
 def resolve_set(set_dir: Path | None) -> Path:
-    """``set_dir`` (a directory, or the name of a set), or the newest set under ddtree_patches/."""
+    """``set_dir`` (a directory, or the name of a set), or the default set (:func:`default_set_dir`)."""
     return find_set(Path(set_dir)) if set_dir else default_set_dir()
 
 
 def locate(set_dir: Path | None, target: Path | None) -> tuple[Path, Path]:
-    """The set directory (default: newest under ddtree_patches/) and target tree (default: the base tree)."""
+    """The set directory (default: :func:`default_set_dir`) and target tree (default: the base tree)."""
     from patchkit.manifest import load  # read only to find the default target
 
     chosen = resolve_set(set_dir)
@@ -182,6 +194,7 @@ def find_set(given: Path) -> Path:
     for root in sets_roots():
         if (root / given / "manifest.toml").is_file():
             return root / given
+    names = ", ".join(d.name for d in shipped_sets()) or "none found"
     places = ", ".join(str(p) for p in [given, *(root / given for root in sets_roots())])
-    raise BadInput(f"no patch set {str(given)!r}: no manifest.toml in {places}",
-                   hint="pass --set with a patch-set directory or the name of an installed set")
+    raise BadInput(f"no patch set {str(given)!r} (the sets: {names}): no manifest.toml in {places}",
+                   hint="pass --set with one of those names or a patch-set directory; `patchkit sets` lists them")

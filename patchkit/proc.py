@@ -160,14 +160,19 @@ def stream(
     on_line: Callable[[str], None],
     *,
     cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
     timeout: float | None = None,
 ) -> Completed:
-    """Like :func:`run` with ``check=True``, but hands each output line to ``on_line`` as it comes (for
-    progress: pip's "Collecting ..." lines). stderr is merged into stdout, so the order is kept."""
+    """Like :func:`run`, but hands each output line to ``on_line`` as it comes (for progress: pip's
+    "Collecting ..." lines, pytest's rows). stderr is merged into stdout, so the order is kept. ``env``
+    is added to os.environ."""
     argv = tuple(str(a) for a in args)
     lines: list[str] = []
     expired = threading.Event()
-    with subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
+    full_env = {**os.environ, **env} if env else None
+    with subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as child:
 
         def kill() -> None:
             expired.set()
@@ -190,6 +195,6 @@ def stream(
         raise CommandTimedOut(done, timeout or 0)
     if returncode in (-signal.SIGINT, -signal.SIGTERM):
         raise KeyboardInterrupt(f"{argv[0]} was interrupted by signal {-returncode}")
-    if returncode != 0:
+    if returncode != 0 and check:
         raise CommandFailed(done)
     return done

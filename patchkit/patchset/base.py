@@ -86,7 +86,14 @@ def _result(dest: Path, kind: BaseKind, commit: str, tree: str, **rest: Any) -> 
     return BaseResult(command="base fetch", ok=True, path=str(dest), kind=kind, commit=commit, tree=tree, **rest)
 
 
+def _free_if_empty(dest: Path) -> None:
+    """An empty folder is as good as none (``mkdir`` first, or what an error message suggested)."""
+    if dest.is_dir() and not dest.is_symlink() and not any(dest.iterdir()):
+        dest.rmdir()
+
+
 def _existing_base(manifest: Manifest, dest: Path) -> str | None:
+    _free_if_empty(dest)
     if not dest.exists():
         return None
     if not (dest / ".git").exists():
@@ -215,6 +222,7 @@ def _fetch_git(manifest: Manifest, dest: Path, from_git: Path | None) -> BaseRes
             "the manifest has no [base.git] table (url, commit) for a git base", location=Location(str(manifest.path))
         )
     commit = manifest.git.commit
+    _free_if_empty(dest)
     if dest.exists():
         repo = Repo(dest)
         if not (dest / ".git").exists():

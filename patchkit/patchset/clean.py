@@ -65,8 +65,11 @@ def clean(
         roots = dict.fromkeys([paths.envs_dir(), paths.home() / "envs"])
         items += [_clean_env(path, dry_run) for root in roots for path in _children(root)]
     if cache:
-        items += [_clean_plain("wheel", p, dry_run) for p in sorted(paths.cache_dir().glob("*.whl"))]
-        items += [_clean_plain("gate-results", p, dry_run) for p in _children(paths.verify_cache_dir())]
+        # the shared cache, and what an older home kept in its own cache/ (read by base fetch and verify then)
+        caches = dict.fromkeys([paths.cache_dir(), paths.legacy_cache_dir()])
+        items += [_clean_plain("wheel", p, dry_run) for root in caches for p in sorted(root.glob("*.whl"))]
+        results = dict.fromkeys([paths.verify_cache_dir(), paths.legacy_cache_dir() / "verify"])
+        items += [_clean_plain("gate-results", p, dry_run) for root in results for p in _children(root)]
     freed = sum(i.size for i in items if i.action != "kept")
     return CleanResult(
         command="clean",

@@ -173,7 +173,23 @@ def new_manifest_text(text: str, new: Manifest, set_version: str | None) -> str:
             raise BadInput(f"cannot rewrite [{table}] {key}: it is not a `{key} = \"...\"` line of its own",
                            location=Location(str(new.path), number), hint="edit the manifest by hand")
         lines[number - 1] = f"{match.group(1)}{json.dumps(value)}{match.group(2)}"
-    return "".join(lines)
+    return drop_proofs("".join(lines))
+
+
+def drop_proofs(text: str) -> str:
+    """The ported set has been proven on nothing yet, and is no one's default: drop ``[[set.proven]]``
+    tables and ``[set] default`` (with the comment lines right above them)."""
+    kept: list[str] = []
+    table = ""
+    for line in text.splitlines(keepends=True):
+        if re.match(r"^\s*\[", line):
+            table = line.strip()
+        if table == "[[set.proven]]" or (table == "[set]" and re.match(r"^default\s*=", line)):
+            while kept and kept[-1].lstrip().startswith("#"):
+                kept.pop()
+            continue
+        kept.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "".join(kept))
 
 
 def pin_lines(text: str) -> set[int]:
@@ -488,7 +504,7 @@ class _Port:
         self.say("scanning the dispatch sites of both bases")
         bases = (self.state.old_base["commit"], self.state.new_base["commit"])
         contexts = [VerifyContext(root=root, set_dir=self.src, manifest=man, base_commit=commit, touched=(),
-                                  cache_dir=paths.cache_dir().resolve() / "verify", env_dir=paths.home() / "envs")
+                                  cache_dir=paths.verify_cache_dir().resolve(), env_dir=paths.envs_dir().resolve())
                     for root, commit in zip(roots, bases, strict=True)]
         self.scan_started = time.perf_counter()
         self.scan = drift.SiteScan(self.tools.dispatch, contexts, workers=SCAN_WORKERS)
@@ -540,9 +556,9 @@ class _Port:
         return report
 
     def new_manifest(self) -> Manifest:
-        with tempfile.TemporaryDirectory(prefix="patchkit-manifest-") as tmp:
-            (Path(tmp) / manifest_mod.MANIFEST_NAME).write_text(self.state.new_manifest_text, encoding="utf-8")
-            return manifest_mod.load(Path(tmp), with_lock=False)
+        with fsutil.scratch_dir("manifest") as tmp:
+            (tmp / manifest_mod.MANIFEST_NAME).write_text(self.state.new_manifest_text, encoding="utf-8")
+            return manifest_mod.load(tmp, with_lock=False)
 
     def diff_config(self) -> list[str]:
         """git's Python funcname driver for the upstream hunks' sections (never for the patches)."""

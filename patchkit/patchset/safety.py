@@ -14,6 +14,7 @@ import posixpath
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchSet as UnidiffPatchSet
@@ -213,13 +214,46 @@ def check_static(patch: Patch, allow_binary: Iterable[str] = ()) -> list[FileCha
     return changes
 
 
+_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def short_hunk(path: Path) -> tuple[int, str] | None:
+    """The first hunk of the patch file with fewer lines than its header declares: (its header's line,
+    what is missing), or None. (A truncated file: unidiff only says "Hunk is shorter than expected".)"""
+    lines = path.read_bytes().decode("utf-8", "replace").split("\n")
+    for number, line in enumerate(lines, 1):
+        header = _HUNK.match(line)
+        if not header:
+            continue
+        want_old, want_new = (int(n) if n is not None else 1 for n in header.groups())
+        old = new = 0
+        for body in lines[number:]:
+            if old >= want_old and new >= want_new:
+                break
+            if body.startswith(("@@", "diff --git ")) or body == "-- " or body[:1] not in (" ", "-", "+", "\\"):
+                break
+            old += body[:1] in (" ", "-")
+            new += body[:1] in (" ", "+")
+        if old < want_old or new < want_new:
+            return number, (f"the hunk at line {number} is shorter than its header says: {old} of {want_old} old "
+                            f"and {new} of {want_new} new lines")
+    return None
+
+
 def _cross_check_unidiff(patch: Patch, changes: list[FileChange]) -> None:
     """A second parser must see the same files, all of them safe."""
     where = Location(str(patch.path))
     try:
         parsed = UnidiffPatchSet(patch.diff_text)
     except UnidiffParseError as exc:
-        raise BadInput(f"malformed diff: {exc}", location=where) from exc
+        short = short_hunk(patch.path)
+        if short:
+            line, message = short
+            raise BadInput(message, location=Location(str(patch.path), line),
+                           hint=f"the file looks truncated: restore it (git checkout -- {patch.path}) or write it "
+                                "again with `patchkit refresh`") from exc
+        raise BadInput(f"malformed diff: {exc}", location=where,
+                       hint="restore the patch file, or write it again with `patchkit refresh`") from exc
     if len(parsed) != len(changes):
         raise UnsafePatch(
             f"unidiff sees {len(parsed)} files, the raw scan {len(changes)}; refusing an ambiguous patch",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,9 +124,9 @@ def parse_patch_bytes(path: Path, data: bytes) -> Patch:
         )
     header_end = data.find(b"\ndiff --git ")
     fsutil.decode_utf8(data[: header_end if header_end >= 0 else len(data)], path, "patch header")
-    with tempfile.TemporaryDirectory(prefix="patchkit-mailinfo-") as tmp:
-        msg, diff = Path(tmp) / "msg", Path(tmp) / "patch"
-        code, out, err = Repo(Path(tmp)).run_bytes(
+    with fsutil.scratch_dir("mailinfo") as tmp:
+        msg, diff = tmp / "msg", tmp / "patch"
+        code, out, err = Repo(tmp).run_bytes(
             "mailinfo", "-b", "-u", "--no-inbody-headers", msg, diff, input=data, check=False
         )
         if code != 0:

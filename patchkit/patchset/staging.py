@@ -10,7 +10,6 @@ its commit in its own loop, ``lock`` and ``refresh`` just collect the trees.
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchedFile
 from unidiff.patch import PatchSet as UnidiffPatchSet
 
+from patchkit import fsutil
 from patchkit.errors import Failed
 from patchkit.git import Repo, temp_index_env
 from patchkit.manifest import ABSENT
@@ -84,8 +84,8 @@ class ScratchIndex:
 @contextlib.contextmanager
 def scratch_index(repo: Repo, base: str) -> Iterator[ScratchIndex]:
     """A scratch index holding ``base``'s tree, deleted on exit (also on Ctrl-C)."""
-    with tempfile.TemporaryDirectory(prefix="patchkit-stage-") as tmp:
-        index = ScratchIndex(repo, Path(tmp))
+    with fsutil.scratch_dir("stage") as tmp:
+        index = ScratchIndex(repo, tmp)
         index.git("read-tree", base)
         yield index
 

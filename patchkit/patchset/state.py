@@ -58,7 +58,8 @@ class AppliedCommit:
 @dataclass(frozen=True, kw_only=True)
 class DriftEntry:
     path: str
-    reason: str  # "modified", "missing", "should be absent", "uncommitted: XY", "not applied", "commit without ...",
+    reason: str  # "modified", "missing", "should be absent", "uncommitted: XY", "not applied",
+    # "your commit on top of the set",
     # "assume-unchanged in the index: ..." (or skip-worktree, unmerged)
 
 
@@ -198,7 +199,8 @@ def drift_entries(repo: Repo, pset: PatchSet, state: TargetState) -> list[DriftE
     names = [p.name for p in pset.patches]
     entries += [DriftEntry(path=name, reason="not applied") for name in names[len(state.applied) :]]
     entries += [
-        DriftEntry(path=commit[:12], reason="commit without patchkit trailers on top of the set")
+        DriftEntry(path=f"{commit[:12]} {repo.run('log', '-1', '--format=%s', commit)[:60]}",
+                   reason="your commit on top of the set")
         for commit in state.foreign
     ]
     assert pset.manifest.lock is not None
@@ -299,7 +301,8 @@ def exactness(repo: Repo, pset: PatchSet) -> Exactness:
     )
     names = [p.name for p in pset.patches]
     base_ok = state.base_commit is not None
-    drift = tuple(drift_entries(repo, pset, state)) if base_ok else ()
+    pristine = not (state.applied or state.foreign or state.dirty)  # the base, unpatched: nothing has drifted
+    drift = tuple(drift_entries(repo, pset, state)) if base_ok and not (pristine and names) else ()
     return Exactness(
         target=str(repo.path),
         set=pset.manifest.label,

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchkit import fsutil, paths
+from patchkit import error_handler, fsutil, paths
 from patchkit.errors import BadInput, Internal, Interrupted, Location
 from patchkit.git import GitFailed, Quarantine, Repo, quarantine
 from patchkit.patchset import hooks
@@ -517,6 +517,8 @@ class Transaction:
             pause("ref-moved")
             _write_or_roll_back(repo, changes, new_blobs, old_blobs, ref=ref, old=old, new=new)
             _drop_journal(repo)
+            error_handler.commit_completed(f"{ref} of {repo.path} is at {new[:12]} and the work tree matches it")
+        pause("committed")
         return Moved(ref=ref, old=old, new=new, files=len(changes))
 
 

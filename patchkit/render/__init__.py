@@ -18,6 +18,8 @@ import importlib
 import json
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from functools import singledispatch
 from typing import Any
@@ -27,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from patchkit import JSON_SCHEMA_VERSION
+from patchkit.error_handler import reader_gone
 from patchkit.errors import PatchkitError
 from patchkit.results import CommandResult, to_jsonable
 
@@ -34,11 +37,19 @@ from patchkit.results import CommandResult, to_jsonable
 QUIET, NORMAL, VERBOSE = -1, 0, 1
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader went away (``| head -1``): print no more, but let the command finish with its own
+        exit code (rich's default exits 1, which means "failed" or "drift" here)."""
+        self.quiet = True
+        reader_gone(self.file)
+
+
 def _console(stream: str) -> Console:
     file = getattr(sys, stream)
     terminal = hasattr(file, "isatty") and file.isatty()
     width = None if terminal else int(os.environ.get("COLUMNS") or 200)  # logs: no wrapping at 80 columns
-    return Console(stderr=stream == "stderr", highlight=False, soft_wrap=True, width=width)
+    return _Console(stderr=stream == "stderr", highlight=False, soft_wrap=True, width=width)
 
 
 class _Consoles:
@@ -88,7 +99,11 @@ def envelope(command: str, ok: bool, exit_code: int, **rest: Any) -> dict[str, A
 
 
 def _write_json(doc: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    try:
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone(sys.stdout)
 
 
 def emit(result: CommandResult, as_json: bool, verbosity: int = NORMAL) -> None:
@@ -125,12 +140,64 @@ def emit_error(command: str, error: PatchkitError, as_json: bool, log_path: str 
     err().print(text, markup=False)
 
 
+#: Piped to a log, no stretch of a run goes longer than this without a line on stderr.
+SILENCE_S = 8.0
+
+
+class Heartbeat:
+    """For stderr that is not a terminal (a log, CI): while something runs, a line at least every
+    ``every_s`` seconds saying what it is and its latest step (pip's, pytest's counts), so a log is
+    never silent for minutes. A terminal gets a live spinner instead. Use as a context manager."""
+
+    def __init__(self, every_s: float = SILENCE_S) -> None:
+        self.every_s = every_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._last = self._since = time.monotonic()
+        self._what = ""
+        self._detail = ""
+        self._thread = threading.Thread(target=self._beat, name="patchkit-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def line(self, text: str) -> None:
+        with self._lock:
+            err().print(text, markup=False)
+            self._last = time.monotonic()
+
+    def doing(self, what: str) -> None:
+        """What runs from now on (a gate, a download); "" when nothing does."""
+        with self._lock:
+            self._what, self._detail, self._since = what, "", time.monotonic()
+
+    def note(self, detail: str) -> None:
+        self._detail = detail
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(0.25, self.every_s / 4)):
+            now = time.monotonic()
+            if self._what and now - self._last >= self.every_s:
+                detail = f": {self._detail[:200]}" if self._detail else ""
+                self.line(f"{self._what}, {now - self._since:.0f} s so far{detail}")
+
+
 @contextlib.contextmanager
 def progress(description: str, verbosity: int = NORMAL) -> Iterator[Callable[[str], None]]:
     """A transient spinner on stderr for a long step; the yielded ``update(text)`` changes its text.
-    Nothing is drawn when stderr is not a terminal or with --quiet."""
-    if verbosity <= QUIET or not err().is_terminal:
+    When stderr is not a terminal: a :class:`Heartbeat` line when a step runs long. Nothing with --quiet."""
+    if verbosity <= QUIET:
         yield lambda text: None
+        return
+    if not err().is_terminal:
+        with Heartbeat() as beat:
+            beat.doing(f"patchkit: {description}")
+            yield beat.note
         return
     from rich.markup import escape
 

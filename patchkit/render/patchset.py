@@ -9,6 +9,7 @@ from patchkit.patchset.base import BaseResult
 from patchkit.patchset.clean import CleanResult
 from patchkit.patchset.lock import LockResult
 from patchkit.patchset.refresh import RefreshResult
+from patchkit.patchset.sets import SetsResult, describe
 from patchkit.patchset.status import StatusResult
 from patchkit.render import QUIET, human, out, say, table
 
@@ -34,7 +35,12 @@ def _apply(result: ApplyResult, verbosity: int = 0) -> None:
         say(f"DRIFT: {result.target} is not exactly {result.set} applied to its base; nothing was changed")
         for entry in result.drift:
             say(f"  {entry.reason:<28} {entry.path}")
-        say("  (reset the tree to its base and re-run `patchkit apply`, or use `patchkit refresh` to keep edits)")
+        if any(entry.reason.startswith("your commit") for entry in result.drift):
+            say("  (your commits are kept as they are: `patchkit refresh` writes them into the set's patches; "
+                "`patchkit status` shows the rest)")
+        else:
+            say("  (commit your edits and run `patchkit refresh` to keep them in the set, or reset the tree to its "
+                "base and re-run `patchkit apply`)")
         return
     headline = {
         "applied": f"applied {len(result.patches)} patches of {result.set} to {result.target}",
@@ -71,6 +77,9 @@ def _status(result: StatusResult, verbosity: int = 0) -> None:
     if result.journal:
         say(f"  recovery: {result.journal}")
     say(f"  base: {'ok ' + (result.base_commit or '')[:12] if result.base_ok else 'NOT the pinned base'}")
+    if result.state == "base":
+        say(f"  not applied: the pinned base, unpatched; `patchkit apply` applies the {len(result.missing)} patches")
+        return
     for commit in result.applied:
         mark = "ok" if commit.matches else "DIFFERS"
         say(f"  applied  {commit.patch}  {commit.commit[:12]}  {mark}")
@@ -106,6 +115,20 @@ def _lock(result: LockResult, verbosity: int = 0) -> None:
     what = "updated" if result.changed else "already up to date"
     say(f"lock {what}: {result.set}, base tree {result.base_tree}, {len(result.patches)} patches, "
         f"{result.post_image_files} post-image files")
+
+
+@human.register
+def _sets(result: SetsResult, verbosity: int = 0) -> None:
+    if not result.sets:
+        say("no patch sets found")
+        return
+    shown = table("set", "version", "base", "python", "proven on", "default")
+    for row in result.sets:
+        proven = "\n".join([*describe(row.proven), *([row.caveat] if row.caveat else [])])
+        shown.add_row(Text(row.name), Text(row.label), Text(row.base), Text(", ".join(row.python)), Text(proven),
+                      "yes" if row.default else "")
+    out().print(shown)
+    say(f"in {result.root}; without --set every command takes {result.default} (--set NAME or --set DIR for another)")
 
 
 def _size(size: int) -> str:

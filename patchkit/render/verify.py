@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.spinner import Spinner
 from rich.table import Table
 
-from patchkit.render import NORMAL, QUIET, VERBOSE, err, human, out, say, table
+from patchkit.render import NORMAL, QUIET, SILENCE_S, VERBOSE, Heartbeat, err, human, out, say, table
 from patchkit.verify.api import Finding, Severity
 from patchkit.verify.outcome import GateRun, VerifyResult
 from patchkit.verify.run import DispatchSitesResult, SymbolsResult
@@ -20,6 +20,16 @@ from patchkit.verify.run import DispatchSitesResult, SymbolsResult
 _STATUS_STYLE = {"pass": "green", "fail": "red", "crash": "bold magenta"}
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
 _COUNTED = (Severity.ERROR, Severity.WARNING, Severity.INFO)
+#: What a gate is doing while it runs, for the lines of a piped run.
+GATE_DOING = {
+    "compile": "compiling the touched files",
+    "imports": "importing every touched module in the verify environment",
+    "xref": "cross-referencing the set's names",
+    "calls": "checking the calls into changed code",
+    "dispatch": "scanning the dispatch sites",
+    "backend": "running ServerArgs for every backend case",
+    "tests": "running the set's tests (pytest)",
+}
 
 
 def _gate_table(runs: tuple[GateRun, ...] | list[GateRun], title: str | None) -> Table:
@@ -45,9 +55,10 @@ class VerifyView:
     (pip's lines only with --verbose). Nothing with --quiet. Used as a context manager around the run.
     """
 
-    def __init__(self, verbosity: int = NORMAL) -> None:
+    def __init__(self, verbosity: int = NORMAL, every_s: float = SILENCE_S) -> None:
         self.verbosity = verbosity
         self.live = err().is_terminal and verbosity > QUIET
+        self._beat = Heartbeat(every_s) if not self.live and verbosity > QUIET else None
         self._runs: list[GateRun] = []
         self._running = "preparing"
         self._note = ""
@@ -57,12 +68,17 @@ class VerifyView:
         if self.live:
             self._display = Live(self._render(), console=err(), transient=True, refresh_per_second=8)
             self._display.__enter__()
+        if self._beat is not None:
+            self._beat.__enter__()
+            self._beat.doing("verify: preparing (the target check)")
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  trace: TracebackType | None) -> None:
         if self._display is not None:
             self._display.__exit__(kind, value, trace)
+        if self._beat is not None:
+            self._beat.__exit__(kind, value, trace)
 
     def _render(self) -> Group:
         text = escape(self._running + (f": {self._note}" if self._note else ""))
@@ -74,18 +90,24 @@ class VerifyView:
             self._display.update(self._render())
 
     def _line(self, text: str) -> None:
-        if self.verbosity > QUIET and not self.live:
-            err().print(text, markup=False)
+        if self._beat is not None:
+            self._beat.line(text)
 
     def note(self, text: str) -> None:
         self._note = text[:150]
         self._refresh()
-        if self.verbosity >= VERBOSE or not text.startswith("[verify.env] "):  # pip's lines: --verbose only
+        if self._beat is not None:
+            self._beat.note(text)
+        # pip's lines and pytest's counts come many a second: --verbose prints each, the default the
+        # latest one every few seconds (the heartbeat)
+        if self.verbosity >= VERBOSE or not text.startswith(("[verify.env] ", "set tests: ")):
             self._line(f"verify: {text}")
 
     def started(self, gate: str, index: int, total: int) -> None:
         self._running, self._note = f"running {gate} ({index}/{total})", ""
         self._refresh()
+        if self._beat is not None:
+            self._beat.doing(f"verify: {gate} ({index}/{total}) {GATE_DOING.get(gate, 'running')}")
 
     def finished(self, run: GateRun, index: int, total: int) -> None:
         self._runs.append(run)

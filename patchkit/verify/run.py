@@ -153,11 +153,11 @@ def build_context(set_dir: Path | None, target: Path | None,
     manifest = manifest_mod.load(set_dir)
     if not root.is_dir():
         raise BadInput(f"target {root} does not exist", hint="run patchkit apply first, or pass --target")
-    home = paths.home().resolve()
     base, touched = base_and_touched(root, manifest)
+    # the per-user cache, shared by every checkout (an environment is about 2.4 GB)
     return VerifyContext(root=root, set_dir=set_dir, manifest=manifest, base_commit=base,
-                         touched=touched, cache_dir=home / "cache" / "verify",
-                         env_dir=home / "envs", progress=progress or (lambda text: None))
+                         touched=touched, cache_dir=paths.verify_cache_dir().resolve(),
+                         env_dir=paths.envs_dir().resolve(), progress=progress or (lambda text: None))
 
 
 # ---------------------------------------------------------------- the command

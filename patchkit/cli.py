@@ -390,6 +390,22 @@ def smoke(set_dir: Path | None, target: Path | None, gpus: int, model: Path, dra
 # ---------------------------------------------------------------- GPU bench
 
 
+def _budget_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int | str, ...] | None:
+    """``15,63,auto`` -> (15, 63, "auto"): numbers of nodes, or auto (the server picks per round)."""
+    if value is None:
+        return None
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    numbers = _int_list(ctx, param, ",".join(p for p in parts if p.lower() != "auto")) if any(
+        p.lower() != "auto" for p in parts) else ()
+    if not parts:
+        raise click.BadParameter(f"{value!r}: give budgets (numbers of nodes) or auto")
+    ordered: list[int | str] = []
+    numeric = iter(numbers or ())
+    for part in parts:
+        ordered.append("auto" if part.lower() == "auto" else next(numeric))
+    return tuple(ordered)
+
+
 def _int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     """``16,64,256`` -> (16, 64, 256); a usage error names the option."""
     if value is None:
@@ -415,8 +431,9 @@ def _int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -
 @click.option("--port", type=int, default=30000, show_default=True, help="Server port (every server, in turn).")
 @click.option("--variants", default=None, metavar="A,B,...",
               help="Variants of the set's [bench] profile to run, by name (default: all).")
-@click.option("--budgets", callback=_int_list, default=None, metavar="16,64,256",
-              help="DDTREE budgets (default: the profile's).")
+@click.option("--budgets", callback=_budget_list, default=None, metavar="16,64,auto",
+              help="DDTREE budgets: numbers of nodes, or auto (the server picks each round's; "
+                   "default: the profile's).")
 @click.option("--concurrency", callback=_int_list, default=None, metavar="1,8,32",
               help="Concurrent requests per level (default: the profile's).")
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Measured batches per level.")
@@ -451,7 +468,7 @@ def _int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -
 @output_options
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 def bench(set_dir: Path | None, target: Path | None, gpus: int, model: Path, draft_model: Path, port: int,
-          variants: str | None, budgets: tuple[int, ...] | None, concurrency: tuple[int, ...] | None,
+          variants: str | None, budgets: tuple[int | str, ...] | None, concurrency: tuple[int, ...] | None,
           repeats: int | None, warmup: int | None, prompts: Path | None, max_new_tokens: int | None,
           no_check_outputs: bool, expect_tree_gain: float | None, acceptance: Path | None, phases: bool,
           sampling: bool,

@@ -17,7 +17,9 @@ measured (ms per round) and what is projected (the rest) stay apart in every rep
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,8 @@ from patchkit.errors import BadInput, location
 
 #: Table name per variant kind.
 TABLES = {"chain": "dflash", "tree": "ddtree"}
+#: The v2 set's server reads an auto tree's acceptance model from here (JSON budget -> accept length).
+ACCEPT_MODEL_ENV = "SGLANG_DDTREE_ACCEPT_MODEL"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +44,25 @@ class AcceptanceTable:
             return 1.0
         if kind == "chain":
             return self.chain
-        return self.tree.get(budget) if budget is not None else None
+        if budget is None or not self.tree:
+            return None
+        return self.tree.get(budget, tree_accept(self.tree, budget))
+
+    def interpolated(self, budget: int) -> bool:
+        return budget not in self.tree
+
+
+def tree_accept(table: dict[int, float], budget: int) -> float:
+    """Accept length at ``budget``: the table's, linear in log2(budget) between its points and along
+    the nearest segment outside them (never below 1) -- what the v2 server's auto policy uses too."""
+    points = sorted(table.items())
+    if len(points) == 1:
+        return points[0][1]
+    keys = [b for b, _ in points]
+    i = min(max(bisect.bisect_left(keys, budget), 1), len(points) - 1)
+    (b0, a0), (b1, a1) = points[i - 1], points[i]
+    t = (math.log2(budget) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
+    return max(1.0, a0 + t * (a1 - a0))
 
 
 def _positive(value: object, what: str, path: Path) -> float:
@@ -95,8 +117,26 @@ class Projected:
     dflash_reference: str | None = None
 
 
-#: (variant name, kind, budget, concurrency, measured ms per round)
-MeasuredRow = tuple[str, str, int | None, int, float | None]
+#: (variant name, kind, budget, concurrency, measured ms per round); an auto tree's budget is its
+#: rounds per budget, and its accept length the rounds' mean of the table's.
+MeasuredRow = tuple[str, str, int | dict[int, int] | None, int, float | None]
+
+
+def _row_accept(table: AcceptanceTable, kind: str, budget: int | dict[int, int] | None) -> tuple[float | None, str]:
+    if isinstance(budget, dict):
+        rounds = sum(budget.values())
+        if not rounds:
+            return None, "no rounds timed"
+        mean = sum(n * (table.accept_length(kind, b) or 0.0) for b, n in budget.items()) / rounds
+        shares = ", ".join(f"B={b}: {100 * n / rounds:.0f}%" for b, n in sorted(budget.items()))
+        return mean, f"auto chose {shares}"
+    accept = table.accept_length(kind, budget)
+    if accept is None:
+        which = TABLES.get(kind, kind) + (f" B={budget}" if budget else "")
+        return None, f"no accept length for {which} in the table"
+    if kind == "tree" and isinstance(budget, int) and table.interpolated(budget):
+        return accept, f"B={budget} interpolated in log2(B) from the table"
+    return accept, ""
 
 
 def project(rows: list[MeasuredRow], table: AcceptanceTable) -> tuple[Projected, ...]:
@@ -106,11 +146,7 @@ def project(rows: list[MeasuredRow], table: AcceptanceTable) -> tuple[Projected,
     prepared = []
     for name, kind, budget, concurrency, ms in rows:
         kinds[name] = kind
-        accept = table.accept_length(kind, budget)
-        note = ""
-        if accept is None:
-            which = TABLES.get(kind, kind) + (f" B={budget}" if budget else "")
-            note = f"no accept length for {which} in the table"
+        accept, note = _row_accept(table, kind, budget)
         tok_s = accept / ms * 1000 if accept is not None and ms else None
         if tok_s is not None:
             speed[(name, concurrency)] = tok_s

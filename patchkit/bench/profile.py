@@ -39,6 +39,10 @@ from patchkit.errors import BadInput, Location
 from patchkit.manifest import MANIFEST_NAME, Manifest, SmokeProfile, line_of, read_text
 
 KINDS = ("baseline", "chain", "tree")
+#: ``--speculative-ddtree-budget auto``: the server picks the budget of every round for its batch.
+AUTO = "auto"
+#: A tree variant's budget: a number of nodes, or AUTO.
+Budget = int | str
 BUDGET_PLACEHOLDER = "{budget}"
 KIND_LABELS = {"baseline": "baseline", "chain": "DFLASH", "tree": "DDTREE"}
 
@@ -170,16 +174,20 @@ def load_bench_profile(set_dir: Path) -> BenchProfile:
 @dataclass(frozen=True, kw_only=True)
 class Variant:
     spec: VariantSpec
-    budget: int | None
+    budget: Budget | None
 
     @property
     def name(self) -> str:
-        return f"{self.spec.name}-b{self.budget}" if self.budget is not None else self.spec.name
+        if self.budget is None:
+            return self.spec.name
+        return f"{self.spec.name}-{AUTO}" if self.budget == AUTO else f"{self.spec.name}-b{self.budget}"
 
     @property
     def label(self) -> str:
         base = KIND_LABELS[self.spec.kind] if self.spec.name in ("baseline", "dflash", "ddtree") else self.spec.name
-        return f"{base} B={self.budget}" if self.budget is not None else base
+        if self.budget is None:
+            return base
+        return f"{base} {AUTO}" if self.budget == AUTO else f"{base} B={self.budget}"
 
     def args(self) -> tuple[str, ...]:
         if self.budget is None:
@@ -187,7 +195,7 @@ class Variant:
         return tuple(a.replace(BUDGET_PLACEHOLDER, str(self.budget)) for a in self.spec.args)
 
 
-def expand(specs: tuple[VariantSpec, ...], budgets: tuple[int, ...]) -> list[Variant]:
+def expand(specs: tuple[VariantSpec, ...], budgets: tuple[Budget, ...]) -> list[Variant]:
     out = []
     for spec in specs:
         out += [Variant(spec=spec, budget=b) for b in budgets] if spec.per_budget else [Variant(spec=spec, budget=None)]

@@ -66,7 +66,7 @@ class VariantRun:
     name: str  # e.g. "baseline", "dflash", "ddtree-b64"
     label: str  # e.g. "DDTREE B=64"
     kind: str
-    budget: int | None
+    budget: int | str | None  # nodes, or "auto"
     argv: tuple[str, ...]
     log: Path
     ready_s: float | None
@@ -88,7 +88,7 @@ class VariantRun:
 @dataclass(frozen=True, kw_only=True)
 class TreeGain:
     variant: str
-    budget: int
+    budget: int | str
     accept_length: float
     dflash_accept_length: float
     gain: float
@@ -114,7 +114,7 @@ class BenchResult(CommandResult):
     prompts: int = 0
     skipped_prompts: tuple[str, ...] = ()
     max_new_tokens: int = 0
-    budgets: tuple[int, ...] = ()
+    budgets: tuple[int | str, ...] = ()
     concurrency: tuple[int, ...] = ()
     repeats: int = 0
     warmup: int = 0

@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from patchkit.bench import measure, phases, sampling
-from patchkit.bench.acceptance import AcceptanceTable, load_acceptance, project
-from patchkit.bench.profile import BenchProfile, Variant, VariantSpec, expand, load_bench_profile
+from patchkit.bench.acceptance import ACCEPT_MODEL_ENV, AcceptanceTable, load_acceptance, project
+from patchkit.bench.profile import AUTO, BenchProfile, Budget, Variant, VariantSpec, expand, load_bench_profile
 from patchkit.bench.results import (
     BenchResult,
     LevelRun,
@@ -70,7 +70,7 @@ class BenchOptions:
     logs: Path | None = None
     extra_args: tuple[str, ...] = ()
     variants: tuple[str, ...] | None = None
-    budgets: tuple[int, ...] | None = None
+    budgets: tuple[Budget, ...] | None = None
     concurrency: tuple[int, ...] | None = None
     repeats: int | None = None
     warmup: int | None = None
@@ -114,7 +114,7 @@ def selected_variants(profile: BenchProfile, names: tuple[str, ...] | None) -> t
 
 
 def check_levels(opts: BenchOptions, profile: BenchProfile, specs: tuple[VariantSpec, ...],
-                 budgets: tuple[int, ...], levels: tuple[int, ...]) -> None:
+                 budgets: tuple[Budget, ...], levels: tuple[int, ...]) -> None:
     """Budgets and concurrency the server would refuse (or that the profile cannot run) are bad input."""
     if opts.budgets and not any(s.per_budget for s in specs):
         raise BadInput("--budgets given, but no selected variant takes a budget",
@@ -123,6 +123,8 @@ def check_levels(opts: BenchOptions, profile: BenchProfile, specs: tuple[Variant
     for budget in budgets:
         if block is None:
             break
+        if not isinstance(budget, int):  # auto: the server checks its own widths (L, 2L, 4L)
+            continue
         if budget + 1 < block:
             raise BadInput(f"--budgets {budget}: DDTREE needs a budget >= draft block size - 1 = {block - 1} "
                            f"({opts.draft_model / 'config.json'} has block_size {block})")
@@ -198,18 +200,23 @@ def _level_run(concurrency: int, jobs: list[measure.Job], batches: list[list[Gen
 
 def bench_variant(variant: Variant, launch: Launch, prompts: tuple[Prompt, ...], levels: tuple[int, ...], repeats: int,
                   warmup: int, max_new_tokens: int, ui: ServerUI,
-                  time_phases: bool = False) -> tuple[VariantRun, dict[int, LevelData]]:
+                  time_phases: bool = False,
+                  table: AcceptanceTable | None = None) -> tuple[VariantRun, dict[int, LevelData]]:
     """One server: every level; returns the run and, per level, the jobs and generations of each repeat.
 
     ``time_phases``: the server writes a line per decode round (``phases``) into the logs folder, and
-    each level gets the means of the rounds that started inside its measured repeats."""
+    each level gets the means of the rounds that started inside its measured repeats. An ``auto``
+    tree is always timed so (each round's budget is in its line), and with a ``table`` its policy
+    judges trees by the table's accept lengths (random weights accept nothing real)."""
     argv = server_argv(launch, variant.args(), variant.spec.uses_draft)
     collected: dict[int, LevelData] = {}
     phase_path = phases.phase_file(launch.logs, variant.name)
     env = {}
-    if time_phases and variant.spec.uses_draft:
+    if (time_phases or variant.budget == AUTO) and variant.spec.uses_draft:
         phase_path.unlink(missing_ok=True)
         env[phases.PHASE_TIMING_ENV] = str(phase_path.resolve())
+    if variant.budget == AUTO and table is not None and table.tree:
+        env[ACCEPT_MODEL_ENV] = json.dumps({str(b): a for b, a in table.tree.items()})
 
     def work(server: ServerGroup, status: Status) -> None:
         for concurrency in levels:
@@ -294,6 +301,13 @@ def with_ratios(runs: list[VariantRun]) -> list[VariantRun]:
     return [replace(run, levels=tuple(compared(level) for level in run.levels)) for run in runs]
 
 
+def chosen_budgets(run: VariantRun, level: LevelRun) -> int | dict[int, int] | None:
+    """A row's budget for the projection: the fixed one, or an auto tree's rounds per budget."""
+    if run.budget != AUTO:
+        return run.budget if isinstance(run.budget, int) else None
+    return dict(level.phases.budgets) if level.phases is not None and level.phases.budgets else None
+
+
 def tree_gains(runs: list[VariantRun], expected: float) -> tuple[TreeGain, ...]:
     chain = next((a for r in runs if r.kind == "chain" and (a := r.accept_length())), None)
     if chain is None:
@@ -303,7 +317,8 @@ def tree_gains(runs: list[VariantRun], expected: float) -> tuple[TreeGain, ...]:
         accept = run.accept_length()
         if run.kind == "tree" and accept:
             gain = accept / chain
-            gains.append(TreeGain(variant=run.name, budget=run.budget or 0, accept_length=accept,
+            gains.append(TreeGain(variant=run.name, budget=run.budget if run.budget is not None else 0,
+                                  accept_length=accept,
                                   dflash_accept_length=chain, gain=gain, ok=gain >= expected))
     return tuple(gains)
 
@@ -317,7 +332,7 @@ class Prepared:
 
     profile: BenchProfile
     specs: tuple[VariantSpec, ...]
-    budgets: tuple[int, ...]
+    budgets: tuple[Budget, ...]
     levels: tuple[int, ...]
     table: AcceptanceTable | None
     prompt_file: Path
@@ -384,7 +399,7 @@ def run_bench(opts: BenchOptions, ui: ServerUI | None = None) -> BenchResult:
     collected: dict[str, dict[int, LevelData]] = {}
     for variant in variants:
         run, data = bench_variant(variant, launch, ready.prompts, levels, repeats, warmup, max_new_tokens, ui,
-                                  time_phases=opts.phases)
+                                  time_phases=opts.phases, table=ready.table)
         runs.append(run)
         collected[run.name] = data
     failures = [f"{r.label}: {r.failure}" for r in runs if r.failure]
@@ -413,7 +428,8 @@ def run_bench(opts: BenchOptions, ui: ServerUI | None = None) -> BenchResult:
     projection = None
     if ready.table is not None:
         projection = Projection(table=ready.table.path, source=ready.table.source, rows=project(
-            [(r.name, r.kind, r.budget, level.concurrency, level.ms_per_round.mean if level.ms_per_round else None)
+            [(r.name, r.kind, chosen_budgets(r, level), level.concurrency,
+              level.ms_per_round.mean if level.ms_per_round else None)
              for r in runs for level in r.levels], ready.table))
     result = replace(base, ok=not failures, max_new_tokens=max_new_tokens, concurrency=levels, repeats=repeats,
                      warmup=warmup, outputs_checked=opts.check_outputs and baseline is not None,

@@ -120,14 +120,14 @@ def test_json_keys_are_pinned(full):
     assert list(result) == ["schema", "mode", "set_id", "gpus", "preflight", "logs", "prompt_file", "prompts",
                             "skipped_prompts", "max_new_tokens", "budgets", "concurrency", "repeats", "warmup",
                             "outputs_checked", "variants", "mismatches", "expected_tree_gain", "tree_gain",
-                            "projection", "sampling", "report", "plot", "plot_note", "failures"]
+                            "projection", "sampling", "phases", "report", "plot", "plot_note", "failures"]
     run = result["variants"][1]
     assert list(run) == ["name", "label", "kind", "budget", "argv", "log", "ready_s", "teardown", "failure",
                          "log_tail", "levels"]
     level = run["levels"][0]
     assert list(level) == ["concurrency", "requests", "repeats", "per_request_tok_s", "aggregate_tok_s", "ttft_ms",
                            "ms_per_round", "accept_length", "histogram", "compared", "mismatches", "vs_baseline",
-                           "vs_dflash"]
+                           "vs_dflash", "dflash_reference", "phases"]
     assert list(level["repeats"][0]) == ["requests", "output_tokens", "wall_s", "aggregate_tok_s",
                                          "per_request_tok_s", "ttft_ms", "ms_per_round", "verify_rounds",
                                          "accept_length"]
@@ -135,7 +135,7 @@ def test_json_keys_are_pinned(full):
     assert list(level["per_request_tok_s"]) == ["mean", "min", "max"]
     assert list(result["projection"]["rows"][0]) == ["variant", "concurrency", "measured_ms_per_round",
                                                       "accept_length", "projected_tok_s", "vs_dflash", "vs_baseline",
-                                                      "note"]
+                                                      "note", "dflash_reference"]
 
 
 def test_projection_uses_the_measured_round_cost(full):
@@ -150,8 +150,9 @@ def test_projection_uses_the_measured_round_cost(full):
     b16 = rows[("ddtree-b16", 1)]
     assert b16["accept_length"] == 8.61 and b16["vs_dflash"] == pytest.approx(b16["projected_tok_s"] / dflash["projected_tok_s"])
     assert rows[("baseline", 1)]["vs_baseline"] == pytest.approx(1.0)
-    assert rows[("ddtree-b8", 1)]["projected_tok_s"] is None
-    assert "no accept length for ddtree B=8" in rows[("ddtree-b8", 1)]["note"]
+    # B=8 is not in the table: interpolated in log2(B) along its nearest segment (16 -> 32), noted.
+    b8 = rows[("ddtree-b8", 1)]
+    assert b8["accept_length"] == pytest.approx(8.61 - (9.27 - 8.61)) and "interpolated" in b8["note"]
 
 
 def test_report_and_plot_are_written(full):

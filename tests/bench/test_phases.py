@@ -115,3 +115,33 @@ def test_the_projection_takes_the_faster_dflash_per_level_too():
     assert (tree[1].dflash_reference, tree[8].dflash_reference) == ("dflash", "dflash-sync")
     assert tree[1].vs_dflash == pytest.approx(8.61 / 7.79)
     assert tree[8].vs_dflash == pytest.approx(8.61 / 7.79)
+
+
+def test_an_auto_tree_is_timed_fed_the_table_and_projected_from_its_choices(bench_env):
+    # auto without --phases: its rounds are still timed (each line carries the round's budget);
+    # with --acceptance the server gets the table as its acceptance model and the projection
+    # weighs the table's accept length of every budget it chose.
+    out = bench_env.run("--variants", "dflash,ddtree", "--budgets", "8,auto", "--concurrency", "1,4",
+                        "--repeats", "1", "--warmup", "0", "--max-new-tokens", "12", "--acceptance", str(PAPER),
+                        timeout=180)
+    assert out.code == 0, out.stderr + out.stdout[-2000:]
+    runs = {v["name"]: v for v in out.doc["result"]["variants"]}
+    assert set(runs) == {"dflash", "ddtree-b8", "ddtree-auto"}
+    auto = runs["ddtree-auto"]
+    assert auto["label"] == "DDTREE auto" and auto["budget"] == "auto"
+    assert "--speculative-ddtree-budget auto" in (bench_env.tmp / "logs" / "ddtree-auto.log").read_text()
+    assert "standin: accept model" in (bench_env.tmp / "logs" / "ddtree-auto.log").read_text()
+    assert all(level["phases"] is None for level in runs["ddtree-b8"]["levels"])  # a fixed budget: not timed
+    one, four = auto["levels"]
+    assert one["phases"]["budgets"] == {"63": one["phases"]["rounds"]}  # alone: the widest tree
+    assert set(four["phases"]["budgets"]) <= {"63", "31"} and "31" in four["phases"]["budgets"]
+    rows = {(r["variant"], r["concurrency"]): r for r in out.doc["result"]["projection"]["rows"]}
+    table = load_acceptance(PAPER)
+    assert rows[("ddtree-auto", 1)]["accept_length"] == pytest.approx(table.accept_length("tree", 63))
+    assert rows[("ddtree-auto", 1)]["note"] == "auto chose B=63: 100%"
+    assert rows[("ddtree-b8", 1)]["note"].startswith("B=8 interpolated")
+
+
+def test_a_budget_that_is_neither_a_number_nor_auto_is_a_usage_error(bench_env):
+    out = bench_env.run("--budgets", "16,sixty", as_json=False)
+    assert out.code == 2 and "--budgets" in out.stderr and "sixty" in out.stderr

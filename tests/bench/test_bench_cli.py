@@ -196,11 +196,22 @@ def test_a_crashing_variant_fails_and_the_others_still_run(bench_env):
 def test_sampling_stays_exact_and_a_broken_acceptance_rule_is_caught(bench_env):
     # 128 samples (the default is 256): half the data, and the broken rule must still be caught.
     args = ("--sampling", "--variants", "baseline,ddtree", "--budgets", "8", "--concurrency", "16", "--samples", "128")
-    good = bench_env.run(*args, logs=bench_env.tmp / "logs-good")
+    good = bench_env.run(*args, "--report", str(bench_env.tmp / "sampling.md"), logs=bench_env.tmp / "logs-good")
     assert good.code == 0, good.stdout + good.stderr
+    report = (bench_env.tmp / "sampling.md").read_text()
+    assert "| tokens: chi-square | df | p-value | verdict |" in report and "| log-probs: chi-square |" in report
+    assert "DDTREE B=8: 8 tests, each fails below 0.00013; log-probs scored." in report
     check = good.doc["result"]["sampling"]
     assert (check["samples"], check["tokens"], check["alpha"], check["logprob_bins"]) == (128, 4, 0.001, 8)
     variant = check["variants"][0]
+    # the JSON keys, pinned: the old ones in their order, the log-prob test's added at the end
+    assert list(check) == ["prompt_id", "samples", "tokens", "seed", "alpha", "servers", "variants", "failures",
+                           "logprob_bins"]
+    assert list(variant) == ["variant", "label", "positions", "threshold", "same_as_baseline", "ok", "tests",
+                             "logprob_note"]
+    assert list(variant["positions"][0]) == ["position", "test", "distinct_baseline", "distinct_variant",
+                                             "logprob_test", "logprob_bins"]
+    assert list(variant["positions"][0]["logprob_test"]) == ["statistic", "df", "p_value", "categories"]
     assert (variant["tests"], variant["threshold"], variant["logprob_note"]) == (8, 0.001 / 8, None)
     tests = variant["positions"]
     assert len(tests) == 4 and all(p["test"]["p_value"] >= 0.001 / 8 for p in tests)
@@ -238,7 +249,8 @@ def test_sampling_without_scores_falls_back_to_the_token_test(bench_env):
     out = bench_env.run(*args, role="baseline", no_logprob="1")
     assert out.code == 0, out.stdout + out.stderr
     variant = out.doc["result"]["sampling"]["variants"][0]
-    assert variant["logprob_note"].startswith("HTTP 400") and "return_logprob is not supported" in variant["logprob_note"]
+    note = variant["logprob_note"]
+    assert note.startswith("HTTP 400") and "return_logprob is not supported" in note
     assert (variant["tests"], variant["threshold"]) == (4, 0.001 / 4)
     assert all(p["logprob_test"] is None and p["logprob_bins"] == 0 for p in variant["positions"])
     human = bench_env.run(*args, as_json=False, logs=bench_env.tmp / "logs-human", role="baseline", no_logprob="1")

@@ -20,17 +20,19 @@ from __future__ import annotations
 import queue
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import mean
-from typing import Any
+from typing import Any, TypeVar
 
 from patchkit.smoke.client import Generation
 from patchkit.smoke.launch import request
 from patchkit.smoke.prompts import Prompt
-from patchkit.smoke.server import ServerFailed, ServerGroup
+from patchkit.smoke.server import ServerGroup
 
 JOIN_POLL_S = 0.1
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,17 +48,26 @@ def level_jobs(prompts: Sequence[Prompt], concurrency: int) -> list[Job]:
 
 def run_batch(server: ServerGroup, jobs: Sequence[Job], concurrency: int, max_new_tokens: int,
               timeout_s: float) -> list[Generation]:
-    """Run ``jobs`` through ``concurrency`` daemon threads; the first failed request is raised.
+    """Run ``jobs`` through ``concurrency`` client threads; the first failed request is raised."""
+    return run_parallel(jobs, concurrency,
+                        lambda job: request(server, job.prompt, max_new_tokens, timeout_s, job.sampling))
+
+
+def run_parallel(items: Sequence[T], concurrency: int, work: Callable[[T], R]) -> list[R]:
+    """``work(item)`` for every item through ``concurrency`` daemon threads, results in the items'
+    order; the first exception stops the rest and is raised here.
 
     Daemon threads and a polling join keep Ctrl-C responsive: the main thread is never stuck in a
     request, so the server's teardown starts at once.
     """
-    todo: queue.Queue[Job] = queue.Queue()
-    for job in jobs:
-        todo.put(job)
-    results: list[Generation | None] = [None] * len(jobs)
-    errors: list[ServerFailed] = []
-    count = min(concurrency, len(jobs))
+    todo: queue.Queue[int] = queue.Queue()
+    for index in range(len(items)):
+        todo.put(index)
+    results: list[R | None] = [None] * len(items)
+    errors: list[Exception] = []
+    count = min(concurrency, len(items))
+    if count == 0:
+        return []
     # Every thread is running before the first request goes out, so starting threads is not timed.
     ready = threading.Barrier(count)
 
@@ -64,12 +75,12 @@ def run_batch(server: ServerGroup, jobs: Sequence[Job], concurrency: int, max_ne
         ready.wait()
         while not errors:
             try:
-                job = todo.get_nowait()
+                index = todo.get_nowait()
             except queue.Empty:
                 return
             try:
-                results[job.index] = request(server, job.prompt, max_new_tokens, timeout_s, job.sampling)
-            except ServerFailed as error:
+                results[index] = work(items[index])
+            except Exception as error:  # raised again in the calling thread
                 errors.append(error)
                 return
 
@@ -81,7 +92,7 @@ def run_batch(server: ServerGroup, jobs: Sequence[Job], concurrency: int, max_ne
             thread.join(JOIN_POLL_S)
     if errors:
         raise errors[0]
-    return [g for g in results if g is not None]
+    return [r for r in results if r is not None]
 
 
 @dataclass(frozen=True, kw_only=True)

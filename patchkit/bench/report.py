@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from patchkit import __version__
+from patchkit.bench.chisquare import ChiSquare
 from patchkit.bench.measure import Histogram
 from patchkit.bench.phases import PhaseStats
 from patchkit.bench.results import BenchResult, LevelRun, Spread, VariantRun
@@ -145,22 +146,35 @@ def phases_markdown(result: BenchResult) -> list[str]:
     return [*lines, ""]
 
 
+def _cells(test: ChiSquare | None, threshold: float) -> str:
+    """chi-square | df | p | verdict of one test; dashes when it was not run."""
+    if test is None:
+        return "- | - | - | -"
+    verdict = "ok" if test.p_value >= threshold else "DIFFERS"
+    return f"{test.statistic:.2f} | {test.df} | {test.p_value:.3g} | {verdict}"
+
+
 def sampling_markdown(check: SamplingCheck | None) -> list[str]:
     if check is None:
         return []
     lines = ["## Sampling at T = 1 (chi-square per output position)", "",
              f"{check.samples} completions of {check.tokens} tokens of prompt {check.prompt_id}, seeds "
-             f"{check.seed}..{check.seed + check.samples - 1}; a position fails below alpha / positions "
-             f"({check.alpha:g} / {check.tokens}).", "",
-             "| variant | position | chi-square | df | p-value | distinct tokens (baseline / variant) | verdict |",
-             "|---|---|---|---|---|---|---|"]
+             f"{check.seed}..{check.seed + check.samples - 1}. At every position two tests: the drawn tokens "
+             f"(rare ones pooled), and the target's log-probability of each drawn token (scored by the baseline "
+             f"server, {check.logprob_bins} equal-frequency bins). A test fails below alpha / tests "
+             f"(alpha = {check.alpha:g}, Bonferroni).", "",
+             "| variant | position | tokens: chi-square | df | p-value | verdict "
+             "| distinct tokens (baseline / variant) | log-probs: chi-square | df | p-value | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for v in check.variants:
         for p in v.positions:
-            lines.append(f"| {v.label} | {p.position} | {p.test.statistic:.2f} | {p.test.df} | {p.test.p_value:.3g} | "
-                         f"{p.distinct_baseline} / {p.distinct_variant} | "
-                         f"{'ok' if p.test.p_value >= v.threshold else 'DIFFERS'} |")
-        lines.append(f"| {v.label} | all | | | | same output as the baseline for the same seed: "
-                     f"{v.same_as_baseline}/{check.samples} | |")
+            lines.append(f"| {v.label} | {p.position} | {_cells(p.test, v.threshold)} | "
+                         f"{p.distinct_baseline} / {p.distinct_variant} | {_cells(p.logprob_test, v.threshold)} |")
+        lines.append(f"| {v.label} | all | | | | | same output as the baseline for the same seed: "
+                     f"{v.same_as_baseline}/{check.samples} | | | | |")
+    for v in check.variants:
+        scored = f"log-probs not scored: {v.logprob_note}" if v.logprob_note else "log-probs scored"
+        lines += ["", f"{v.label}: {v.tests} tests, each fails below {v.threshold:.2g}; {scored}."]
     return lines
 
 

@@ -390,8 +390,9 @@ def run_bench(opts: BenchOptions, ui: ServerUI | None = None) -> BenchResult:
     if opts.sampling:
         check = sampling.run_sampling(variants, launch, ready.prompts[0], opts.samples, opts.sample_tokens, opts.seed,
                                       max(levels), ui)
-        return replace(base, ok=check.ok, mode="sampling", sampling=check, max_new_tokens=opts.sample_tokens,
-                       concurrency=(max(levels),), failures=check.failures)
+        return write_outputs(replace(base, ok=check.ok, mode="sampling", sampling=check,
+                                     max_new_tokens=opts.sample_tokens, concurrency=(max(levels),),
+                                     failures=check.failures), opts)
     max_new_tokens = opts.max_new_tokens or ready.profile.max_new_tokens
     repeats = opts.repeats or ready.profile.repeats
     warmup = ready.profile.warmup if opts.warmup is None else opts.warmup

@@ -4,6 +4,7 @@ sampling table; the verdict last. ``--json`` goes through the common envelope.""
 from __future__ import annotations
 
 from patchkit.bench import report
+from patchkit.bench.chisquare import ChiSquare
 from patchkit.bench.results import BenchResult
 from patchkit.render import NORMAL, QUIET, human, out, say, table
 
@@ -59,20 +60,30 @@ def _mismatches(result: BenchResult) -> None:
                 f"{m.first_mismatch}: baseline {list(m.reference_continuation)} vs {list(m.continuation)}")
 
 
+def _test_cells(test: ChiSquare | None, threshold: float) -> list[str]:
+    if test is None:
+        return ["-", "-", "-", "-"]
+    return [f"{test.statistic:.2f}", str(test.df), f"{test.p_value:.3g}",
+            "ok" if test.p_value >= threshold else "DIFFERS"]
+
+
 def _sampling(result: BenchResult) -> None:
     check = result.sampling
     assert check is not None
-    shown = table("variant", "position", "chi-square", "df", "p-value", "distinct (base/var)", "verdict",
-                  title=f"sampling at T=1: {check.samples} x {check.tokens} tokens, prompt {check.prompt_id}, "
-                        f"fail below p = {check.alpha:g} / {check.tokens}")
+    shown = table("variant", "pos", "tokens chi2", "df", "p", "verdict", "distinct (base/var)", "log-probs chi2",
+                  "df", "p", "verdict",
+                  title=f"sampling at T=1: {check.samples} x {check.tokens} tokens, prompt {check.prompt_id}; "
+                        f"per position the drawn tokens and their log-probs under the target "
+                        f"({check.logprob_bins} bins), fail below p = {check.alpha:g} / tests")
     for v in check.variants:
         for p in v.positions:
-            shown.add_row(v.label, str(p.position), f"{p.test.statistic:.2f}", str(p.test.df), f"{p.test.p_value:.3g}",
-                          f"{p.distinct_baseline}/{p.distinct_variant}",
-                          "ok" if p.test.p_value >= v.threshold else "DIFFERS")
+            shown.add_row(v.label, str(p.position), *_test_cells(p.test, v.threshold),
+                          f"{p.distinct_baseline}/{p.distinct_variant}", *_test_cells(p.logprob_test, v.threshold))
     out().print(shown)
     for v in check.variants:
-        say(f"{v.label}: same output as the baseline for the same seed in {v.same_as_baseline}/{check.samples}")
+        scored = f"log-probs not scored: {v.logprob_note}" if v.logprob_note else "log-probs scored"
+        say(f"{v.label}: {v.tests} tests, each fails below {v.threshold:.2g}; {scored}; same output as the "
+            f"baseline for the same seed in {v.same_as_baseline}/{check.samples}")
 
 
 def _server_failures(result: BenchResult) -> None:

@@ -12,11 +12,12 @@ smaller than ``spec_verify_ct``; see :attr:`Generation.round_lengths`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,21 @@ def _events(response: Any) -> Iterator[dict[str, Any]]:
         yield json.loads(payload)
 
 
+@contextlib.contextmanager
+def _translated_errors(timeout_s: float) -> Iterator[None]:
+    """Every way an HTTP exchange with the server fails, as one :class:`RequestFailed`."""
+    try:
+        yield
+    except TimeoutError as error:  # socket.timeout is TimeoutError
+        raise RequestFailed(f"no answer within {timeout_s:g}s") from error
+    except urllib.error.HTTPError as error:
+        raise RequestFailed(f"HTTP {error.code}: {error.read()[:300]!r}") from error
+    except (urllib.error.URLError, ConnectionError, OSError) as error:
+        raise RequestFailed(f"connection failed: {error}") from error
+    except json.JSONDecodeError as error:
+        raise RequestFailed(f"malformed answer: {error}") from error
+
+
 def generate(base_url: str, prompt: Prompt, max_new_tokens: int, timeout_s: float,
              sampling: dict[str, Any] | None = None) -> Generation:
     """Send one prompt; raise :class:`RequestFailed` with the reason on any failure."""
@@ -109,27 +125,18 @@ def generate(base_url: str, prompt: Prompt, max_new_tokens: int, timeout_s: floa
     first: float | None = None
     last: dict[str, Any] | None = None
     chunks: list[int] = []
-    try:
-        with _OPENER.open(request, timeout=timeout_s) as response:
-            for event in _events(response):
-                if "error" in event:
-                    raise RequestFailed(f"server error: {event['error']}")
-                grown = len(event.get("output_ids") or ()) - sum(chunks)
-                if grown > 0:
-                    chunks.append(grown)
-                    if first is None:
-                        first = time.monotonic()
-                last = event
-                if time.monotonic() - start > timeout_s:
-                    raise RequestFailed(f"no complete answer within {timeout_s:g}s")
-    except TimeoutError as error:  # socket.timeout is TimeoutError
-        raise RequestFailed(f"no answer within {timeout_s:g}s") from error
-    except urllib.error.HTTPError as error:
-        raise RequestFailed(f"HTTP {error.code}: {error.read()[:300]!r}") from error
-    except (urllib.error.URLError, ConnectionError, OSError) as error:
-        raise RequestFailed(f"connection failed: {error}") from error
-    except json.JSONDecodeError as error:
-        raise RequestFailed(f"malformed stream event: {error}") from error
+    with _translated_errors(timeout_s), _OPENER.open(request, timeout=timeout_s) as response:
+        for event in _events(response):
+            if "error" in event:
+                raise RequestFailed(f"server error: {event['error']}")
+            grown = len(event.get("output_ids") or ()) - sum(chunks)
+            if grown > 0:
+                chunks.append(grown)
+                if first is None:
+                    first = time.monotonic()
+            last = event
+            if time.monotonic() - start > timeout_s:
+                raise RequestFailed(f"no complete answer within {timeout_s:g}s")
     if last is None:
         raise RequestFailed("the stream ended without output")
     end = time.monotonic()
@@ -146,3 +153,34 @@ def generate(base_url: str, prompt: Prompt, max_new_tokens: int, timeout_s: floa
         e2e_latency_s=meta.get("e2e_latency"),
         started_at=start,
     )
+
+
+def score(base_url: str, prompt_ids: Sequence[int], output_ids: Sequence[int], timeout_s: float) -> tuple[float, ...]:
+    """The server's log-probability of each of ``output_ids`` given the prompt and the outputs before it.
+
+    A prefill-only request (one greedy token, not used) with ``return_logprob`` from the first output
+    position: SGLang answers ``meta_info["input_token_logprobs"]``, ``[logprob, token_id, text]`` per
+    input position from ``logprob_start_len`` on. The entries are matched to ``output_ids`` by token id
+    (the last ``len(output_ids)`` of them), so an answer that covers other positions is refused, not
+    misread.
+    """
+    body = {"input_ids": [*prompt_ids, *output_ids], "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+            "return_logprob": True, "logprob_start_len": len(prompt_ids)}
+    request = urllib.request.Request(f"{base_url}/generate", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with _translated_errors(timeout_s), _OPENER.open(request, timeout=timeout_s) as response:
+        answer = json.loads(response.read())
+    if not isinstance(answer, dict) or "error" in answer:
+        raise RequestFailed(f"server error: {answer.get('error') if isinstance(answer, dict) else answer!r}")
+    entries = (answer.get("meta_info") or {}).get("input_token_logprobs")
+    if not isinstance(entries, list):
+        raise RequestFailed("the answer has no meta_info.input_token_logprobs")
+    tail = entries[len(entries) - len(output_ids):] if len(entries) >= len(output_ids) else []
+    try:
+        pairs = [(float(entry[0]), int(entry[1])) for entry in tail]
+    except (TypeError, ValueError, IndexError) as error:
+        raise RequestFailed(f"malformed input_token_logprobs entry: {error}") from error
+    if len(pairs) != len(output_ids) or any(t != o for (_, t), o in zip(pairs, output_ids, strict=True)):
+        raise RequestFailed(f"input_token_logprobs ({len(entries)} entries) do not cover the "
+                            f"{len(output_ids)} output tokens")
+    return tuple(lp for lp, _ in pairs)

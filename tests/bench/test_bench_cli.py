@@ -197,22 +197,65 @@ def test_a_crashing_variant_fails_and_the_others_still_run(bench_env):
 def test_sampling_stays_exact_and_a_broken_acceptance_rule_is_caught(bench_env):
     # 128 samples (the default is 256): half the data, and the broken rule must still be caught.
     args = ("--sampling", "--variants", "baseline,ddtree", "--budgets", "8", "--concurrency", "16", "--samples", "128")
-    good = bench_env.run(*args, logs=bench_env.tmp / "logs-good")
+    good = bench_env.run(*args, "--report", str(bench_env.tmp / "sampling.md"), logs=bench_env.tmp / "logs-good")
     assert good.code == 0, good.stdout + good.stderr
+    report = (bench_env.tmp / "sampling.md").read_text()
+    assert "| tokens: chi-square | df | p-value | verdict |" in report and "| log-probs: chi-square |" in report
+    assert "DDTREE B=8: 8 tests, each fails below 0.00013; log-probs scored." in report
     check = good.doc["result"]["sampling"]
-    assert (check["samples"], check["tokens"], check["alpha"]) == (128, 4, 0.001)
-    tests = check["variants"][0]["positions"]
-    assert len(tests) == 4 and all(p["test"]["p_value"] >= 0.001 / 4 for p in tests)
-    assert all(p["test"]["df"] >= 3 for p in tests)  # the stand-in samples 6 tokens: a real distribution
+    assert (check["samples"], check["tokens"], check["alpha"], check["logprob_bins"]) == (128, 4, 0.001, 8)
+    variant = check["variants"][0]
+    # the JSON keys, pinned: the old ones in their order, the log-prob test's added at the end
+    assert list(check) == ["prompt_id", "samples", "tokens", "seed", "alpha", "servers", "variants", "failures",
+                           "logprob_bins"]
+    assert list(variant) == ["variant", "label", "positions", "threshold", "same_as_baseline", "ok", "tests",
+                             "logprob_note"]
+    assert list(variant["positions"][0]) == ["position", "test", "distinct_baseline", "distinct_variant",
+                                             "logprob_test", "logprob_bins"]
+    assert list(variant["positions"][0]["logprob_test"]) == ["statistic", "df", "p_value", "categories"]
+    assert (variant["tests"], variant["threshold"], variant["logprob_note"]) == (8, 0.001 / 8, None)
+    tests = variant["positions"]
+    assert len(tests) == 4 and all(p["test"]["p_value"] >= 0.001 / 8 for p in tests)
+    assert all(p["logprob_test"]["p_value"] >= 0.001 / 8 for p in tests)
+    # The stand-in's distribution depends on the whole prefix, as a real model's: from position 2 on
+    # the tokens spread so far that the token test pools them into one column and sees nothing ...
+    assert tests[0]["test"]["df"] == 5 and tests[2]["test"]["df"] <= 1 and tests[3]["test"]["df"] == 0
+    assert tests[3]["distinct_baseline"] > 60
+    # ... while the log-prob test has categories at every position (6 values: log of each weight).
+    assert all(p["logprob_test"]["df"] >= 3 and p["logprob_bins"] >= 4 for p in tests)
+    # the baseline ran last (it scored everyone's samples), the DDTREE server first
+    assert [s["name"] for s in check["servers"]] == ["ddtree-b8-sampling", "baseline-sampling"]
+
     broken = bench_env.run(*args, logs=bench_env.tmp / "logs-broken", broken_accept="1")
     assert broken.code == 1
     assert broken.doc["result"]["sampling"]["variants"], broken.doc["result"]["failures"]
     positions = broken.doc["result"]["sampling"]["variants"][0]["positions"]
     assert positions[0]["test"]["p_value"] > 0.01  # the prefill token is not speculative
-    assert all(p["test"]["p_value"] < 0.001 / 4 for p in positions[1:])  # power: every speculative position caught
-    assert "token distribution at position 1 differs from the baseline's" in broken.doc["result"]["failures"][0]
+    assert positions[0]["logprob_test"]["p_value"] > 0.01
+    assert all(p["logprob_test"]["p_value"] < 0.001 / 8 for p in positions[1:])  # every speculative position caught
+    assert positions[3]["test"]["p_value"] >= 0.001 / 8  # the spread tokens hide it from the token test there
+    failure = broken.doc["result"]["failures"][0]
+    assert failure.startswith("DDTREE B=8: ")
+    assert "log-prob distribution at position 2 differs from the baseline's" in failure
+    assert "log-prob distribution at position 3 differs from the baseline's" in failure
+    assert "token distribution at position 3" not in failure
     log = (bench_env.tmp / "logs-broken" / "ddtree-b8-sampling.log").read_text()
     assert "--speculative-ddtree-budget 8" in log.splitlines()[0]
+
+
+def test_sampling_without_scores_falls_back_to_the_token_test(bench_env):
+    """A baseline that refuses return_logprob (HTTP 400, as a DDTREE server answers): the log-prob
+    test is reported as not scored, with the reason, and the token test alone decides."""
+    args = ("--sampling", "--variants", "baseline,ddtree", "--budgets", "8", "--concurrency", "16", "--samples", "64")
+    out = bench_env.run(*args, role="baseline", no_logprob="1")
+    assert out.code == 0, out.stdout + out.stderr
+    variant = out.doc["result"]["sampling"]["variants"][0]
+    note = variant["logprob_note"]
+    assert note.startswith("HTTP 400") and "return_logprob is not supported" in note
+    assert (variant["tests"], variant["threshold"]) == (4, 0.001 / 4)
+    assert all(p["logprob_test"] is None and p["logprob_bins"] == 0 for p in variant["positions"])
+    human = bench_env.run(*args, as_json=False, logs=bench_env.tmp / "logs-human", role="baseline", no_logprob="1")
+    assert "log-probs not scored: HTTP 400" in human.stdout, human.stdout
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -4,6 +4,7 @@ acceptance table and its projection."""
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -121,3 +122,55 @@ def test_acceptance_table_as_json_and_its_errors(tmp_path):
     path.write_text(json.dumps({"source": "s", "ddtree": {"accept_length": {"big": 3.5}}}))
     with pytest.raises(BadInput, match="key 'big' is not a budget"):
         load_acceptance(path)
+
+
+def test_logprob_bins_are_equal_frequency_and_keep_ties_together():
+    from patchkit.bench.sampling import binned_homogeneity, logprob_bins
+
+    values = [float(v) for v in range(80)]
+    cuts = logprob_bins(values, 8)
+    assert cuts == (10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0)  # 10 values in each of 8 bins
+    # Ties: a value holding half the mass is one bin, never split; the cuts merge instead.
+    tied = [-1.0] * 40 + [float(-v) for v in range(2, 42)]
+    cuts = logprob_bins(tied, 8)
+    assert -1.0 in cuts and len(cuts) == 4  # 4 cuts below -1.0 and -1.0 itself: 5 bins
+    assert sum(1 for v in tied if v >= cuts[-1]) == 40
+    # Tiny and degenerate samples: no crash, no evidence.
+    assert logprob_bins([], 8) == () and logprob_bins([-2.0], 8) == () and logprob_bins([-3.0] * 50, 8) == ()
+    assert logprob_bins([-3.0, -1.0], 8) == (-1.0,)
+    none = binned_homogeneity([], [-1.0])[0]
+    assert (none.df, none.p_value) == (0, 1.0)
+    constant = binned_homogeneity([-3.0] * 40, [-3.0] * 40)[0]
+    assert (constant.df, constant.p_value) == (0, 1.0)
+    small = binned_homogeneity([-1.0, -2.0, -3.0], [-1.5, -2.5])[0]  # expected counts < 5: pooled, df 0
+    assert small.df == 0 and small.p_value == 1.0
+
+
+def test_binned_logprobs_see_a_shift_toward_likely_tokens():
+    from patchkit.bench.sampling import binned_homogeneity
+
+    rng = random.Random(5)
+    weights = (0.35, 0.25, 0.15, 0.12, 0.08, 0.05)
+    logs = [math.log(w) for w in weights]
+
+    def draw(keep_top: float) -> list[float]:
+        return [logs[0] if rng.random() < keep_top else rng.choices(logs, weights)[0] for _ in range(200)]
+
+    same, bins = binned_homogeneity(draw(0.0), draw(0.0))
+    assert same.p_value > 0.001 and same.df >= 3 and 4 <= bins <= 6
+    shifted, _ = binned_homogeneity(draw(0.0), draw(0.5))
+    assert shifted.p_value < 1e-6
+
+
+def test_a_failure_names_each_failed_test_and_its_position():
+    from patchkit.bench.chisquare import ChiSquare
+    from patchkit.bench.sampling import PositionTest, failure_line
+
+    fine, bad = (ChiSquare(statistic=s, df=3, p_value=p, categories=4) for s, p in ((1.0, 0.8), (40.0, 1e-8)))
+    positions = [PositionTest(position=0, test=bad, distinct_baseline=6, distinct_variant=6, logprob_test=fine),
+                 PositionTest(position=2, test=fine, distinct_baseline=90, distinct_variant=80, logprob_test=bad),
+                 PositionTest(position=3, test=fine, distinct_baseline=90, distinct_variant=80, logprob_test=None)]
+    line = failure_line("DDTREE B=8", positions, 1e-4)
+    assert line == ("DDTREE B=8: token distribution at position 0 differs from the baseline's (chi-square 40.0, df 3, "
+                    "p = 1.00e-08 < 1.0e-04); log-prob distribution at position 2 differs from the baseline's "
+                    "(chi-square 40.0, df 3, p = 1.00e-08 < 1.0e-04)")

@@ -48,7 +48,7 @@ TREE=$PATCHKIT_HOME/trees/sglang-0.5.17
 MARK=$PK/.setup-done
 TARGET=${GO_TARGET:-$TREE}
 ACCEPT=$SRC/benchmarks/acceptance/ddtree-paper-qwen3-8b-math500.toml
-STEPS_KNOWN="shape1 shape2 shape3 shape4 toy16 lossless sampling tree phases8b phasestoy hotpath"
+STEPS_KNOWN="shape1 shape2 shape3 shape4 toy16 lossless sampling tree phases8b phasestoy hotpath auto8b autotree samplingauto samplingbroken"
 TM=(--skip-tokenizer-init --sampling-backend pytorch --grammar-backend none)   # the H200 smoke's flags
 
 now() { date +%s; }
@@ -243,6 +243,26 @@ step_phasestoy() {  # the same on the tiny test models (almost no GPU work: host
   models "$PK/mt" || { STEP_RC=1; return; }
   bench phasestoy "$PK/mt" 30142 --variants dflash,ddtree --budgets 16 --concurrency 1,8,16 --repeats 1 --phases \
     --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 16
+}
+step_auto8b() {  # DDTREE auto against DFLASH at the Qwen3-8B shape, 1..32 requests, phases, the paper's acceptance
+  models "$PK/m8" --shape qwen3-8b || { STEP_RC=1; return; }
+  bench auto8b "$PK/m8" 30143 --variants dflash,ddtree --budgets auto --concurrency 1,8,16,32 --repeats 1 --phases \
+    --acceptance "$ACCEPT" --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.8 --max-running-requests 32
+}
+step_autotree() {  # lossless (greedy, outputs against the baseline's), tree gain and measured speed of auto
+  models "$PK/mtree" --profile tree || { STEP_RC=1; return; }
+  bench autotree "$PK/mtree" 30144 --variants baseline,dflash,ddtree --budgets auto --concurrency 1,8 --repeats 1 \
+    --phases --expect-tree-gain 1.3 -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 8
+}
+step_samplingauto() {  # T=1: token and log-prob tests at every position, auto against the baseline
+  models "$PK/mtree" --profile tree || { STEP_RC=1; return; }
+  bench samplingauto "$PK/mtree" 30145 --sampling --variants baseline,ddtree --budgets auto --samples 256 \
+    --concurrency 32 -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 32
+}
+step_samplingbroken() {  # the same with the set's test-only broken acceptance rule: the test must FAIL
+  models "$PK/mtree" --profile tree || { STEP_RC=1; return; }
+  SGLANG_DDTREE_TEST_BROKEN_ACCEPT=1 bench samplingbroken "$PK/mtree" 30146 --sampling --variants baseline,ddtree \
+    --budgets auto --samples 256 --concurrency 32 -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 32
 }
 step_hotpath() {  # the DDTree kernels alone (no server), at the batch sizes of the bench
   local left=$(( DEADLINE - $(now) - 30 ))

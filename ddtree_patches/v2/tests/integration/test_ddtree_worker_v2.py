@@ -242,14 +242,13 @@ def make_worker(*, bs: int, budget: int, block_size: int, topk: int, auto_widths
     w._draft_ran_graph = False
     w._fixed_width = n
     w._width_runners = {}
-    w._stats_pending = None
+    w._stats_round = 0
     w.auto_widths = tuple(auto_widths) if auto_widths else (n,)
     w._policy = None
     if auto_widths:
         w._policy = budget_mod.BudgetPolicy(widths=w.auto_widths, costs=costs, accept_model=accept_model)
-        w._stats_dev = torch.zeros(len(w.auto_widths) + 1)
-        w._stats_host = torch.zeros(len(w.auto_widths) + 1)
-        w._stats_event = SimpleNamespace(record=lambda: None, query=lambda: True)
+        w._stats_slots = [worker_mod._StatsSlot.allocate(len(w.auto_widths) + 1, "cpu")
+                          for _ in range(worker_mod.STATS_LAG + 1)]
     w._draft_topk = worker_mod._DDTreeDraftTopK(
         weight=torch.eye(V), num_org=V, num_org_padded=V, org_vocab_start=0,
         block_size=block_size, topk=topk, max_bs=bs,
@@ -597,8 +596,8 @@ def test_auto_verifies_the_width_the_policy_prefers_and_learns_from_the_rounds()
     for prompt, out in zip(PROMPTS, outputs):
         assert out == ar_reference(prompt, len(out))
     assert set(w._policy.chosen) == {16} and w._policy.chosen[16] == 5 and set(w.models.widths) == {16}
-    # The tree's own expectations came back every round (no sync: the event is polled), one per
-    # width, larger for a larger tree; the measured acceptance moved the calibration.
+    # The tree's own expectations came back (STATS_LAG rounds late, through the pinned copy), one
+    # per width, larger for a larger tree; the measured acceptance moved the calibration.
     expected = [w._policy.expected[width] for width in widths]
     assert expected == sorted(expected) and expected[0] > 0
     assert w._policy.calibration != 1.0

@@ -37,6 +37,9 @@ from sglang.srt.speculative import ddtree_info_v2, spec_utils  # noqa: E402
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2  # noqa: E402
 from sglang.srt.speculative.draft_worker_common import make_draft_block_spec_info  # noqa: E402
 
+budget_mod = pytest.importorskip("sglang.srt.speculative.ddtree_budget")
+phase_mod = pytest.importorskip("sglang.srt.speculative.spec_phase_timing")
+
 V = 41  # vocabulary; the mask token is V - 1 and never a real token
 MASK = V - 1
 CTX = 512  # req_to_token row width (the reserved window)
@@ -140,6 +143,7 @@ class ToyModels:
         self.L, self.N = block_size, verify_width
         self.sampling = None  # None: greedy; else (temperature, seed)
         self.verify_calls = []
+        self.widths = []  # verify width of every round
 
     def committed(self, b: int, seq_len: int) -> list[int]:
         slots = self.req_to_token[b, :seq_len]
@@ -168,8 +172,11 @@ class ToyModels:
         return SimpleNamespace(logits_output=SimpleNamespace(hidden_states=hidden), can_run_graph=False)
 
     def verify_forward(self, fb):
-        spec, n = fb.spec_info, self.N
+        spec = fb.spec_info
         bs = fb.batch_size
+        n = spec.draft_token.numel() // bs  # the round's width (auto varies it)
+        assert spec.num_tokens_per_req == n, "a verify names its width for the graph runners"
+        self.widths.append(n)
         tokens = spec.draft_token.view(bs, n)
         positions = spec.positions.view(bs, n)
         cache_loc = fb.out_cache_loc.view(bs, n)
@@ -212,7 +219,10 @@ class RecordingWorker(worker_mod.DDTreeWorkerV2):
         self.draft_kv.append((target_hidden.clone(), cache_loc_2d.clone(), positions.clone(), commit_lens.clone()))
 
 
-def make_worker(*, bs: int, budget: int, block_size: int, topk: int):
+def make_worker(*, bs: int, budget: int, block_size: int, topk: int, auto_widths=None, costs=None,
+                accept_model=None):
+    """The worker; with ``auto_widths`` its budget is chosen per round by a BudgetPolicy over
+    ``costs`` (a CostTable) -- the widest width is then ``budget + 1``."""
     n = budget + 1
     store = KVStore(bs * CTX + 1)
     req_to_token = (torch.arange(bs * CTX, dtype=torch.int32).view(bs, CTX) + 1)
@@ -223,6 +233,7 @@ def make_worker(*, bs: int, budget: int, block_size: int, topk: int):
     w.speculative_num_draft_tokens = block_size
     w.device = torch.device("cpu")
     w.ps = SimpleNamespace(tp_rank=0)
+    w._target_tp_rank = 0
     w.page_size = 1
     w._need_mamba_verify_commit = False
     w._use_triton_prepare_block = False
@@ -231,6 +242,17 @@ def make_worker(*, bs: int, budget: int, block_size: int, topk: int):
     w._draft_block_ids_buf = None
     w._draft_sampler = None
     w._ddtree_mask_buf = None
+    w._phases = phase_mod.PHASES_OFF
+    w._draft_ran_graph = False
+    w._fixed_width = n
+    w._width_runners = {}
+    w._stats_round = 0
+    w.auto_widths = tuple(auto_widths) if auto_widths else (n,)
+    w._policy = None
+    if auto_widths:
+        w._policy = budget_mod.BudgetPolicy(widths=w.auto_widths, costs=costs, accept_model=accept_model)
+        w._stats_slots = [worker_mod._StatsSlot.allocate(len(w.auto_widths) + 1, "cpu")
+                          for _ in range(worker_mod.STATS_LAG + 1)]
     w._draft_topk = worker_mod._DDTreeDraftTopK(
         weight=torch.eye(V), num_org=V, num_org_padded=V, org_vocab_start=0,
         block_size=block_size, topk=topk, max_bs=bs,
@@ -335,11 +357,16 @@ def ar_reference(prompt, steps, sampling=None):
     return out
 
 
-def run_rounds(*, prompts, budget, block_size, topk, overlap, rounds, sampling=None):
+def run_rounds(*, prompts, budget, block_size, topk, overlap, rounds, sampling=None, widths=None, **auto):
     """Prefill by hand (prompt KV in place, first bonus = the target's token), then ``rounds``
-    decode rounds driven like the scheduler drives the worker."""
+    decode rounds driven like the scheduler drives the worker. ``widths``: the verify width of
+    each round, in turn (the choices an auto budget could make); ``auto``: make_worker's."""
     bs = len(prompts)
-    w, models = make_worker(bs=bs, budget=budget, block_size=block_size, topk=topk)
+    w, models = make_worker(bs=bs, budget=budget, block_size=block_size, topk=topk, **auto)
+    w.models = models
+    if widths is not None:
+        turn = iter(widths * rounds)
+        w._round_width = lambda bs: next(turn)
     req_to_token, store = models.req_to_token, models.store
     outputs, bonus = [], []
     for b, prompt in enumerate(prompts):
@@ -453,13 +480,13 @@ def test_the_mask_buffer_persists_across_rounds_and_grows_only_on_a_larger_host_
     # the verify is exactly the host-known size, so the backend copies no more.
     w, _ = make_worker(bs=2, budget=8, block_size=4, topk=4)
     n = w.verify_width
-    first = w._verify_mask_out(2, torch.tensor([10, 20]))
+    first = w._verify_mask_out(2, torch.tensor([10, 20]), n)
     assert first.numel() == n * 30 + 2 * n * n and first.dtype == torch.bool
     buffer = w._ddtree_mask_buf
-    smaller = w._verify_mask_out(1, torch.tensor([12]))
+    smaller = w._verify_mask_out(1, torch.tensor([12]), n)
     assert w._ddtree_mask_buf is buffer and smaller.data_ptr() == buffer.data_ptr()
     assert smaller.numel() == n * 12 + n * n
-    larger = w._verify_mask_out(2, torch.tensor([40, 40]))
+    larger = w._verify_mask_out(2, torch.tensor([40, 40]), n)
     assert w._ddtree_mask_buf is not buffer
     assert w._ddtree_mask_buf.numel() == max(larger.numel(), 2 * buffer.numel())
     assert larger.numel() == n * 80 + 2 * n * n
@@ -544,3 +571,52 @@ def test_hybrid_targets_commit_the_state_of_the_last_accepted_tree_node(monkeypa
         # The node at that index carries the last committed drafted token (or the root).
         expected = int(bonus[b]) if c == 1 else int(result.next_token_ids.view(4, -1)[b, c - 2])
         assert int(tokens[b, int(last[b])]) == expected
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["non-overlap", "overlap"])
+@pytest.mark.parametrize("sampling", [None, (0.9, 1234)], ids=["greedy", "seeded-sampling"])
+def test_rounds_at_changing_widths_reproduce_autoregressive_decoding(overlap, sampling):
+    # auto cuts the widest tree (B = 31) to the width the policy picks, round by round: every
+    # cut is a valid tree, the mask, walk, KV compaction and draft hand-off follow the width.
+    widths = [8, 32, 16, 8, 16, 32]
+    outputs, accept_lengths, w = run_rounds(
+        prompts=PROMPTS, budget=31, block_size=8, topk=16, overlap=overlap, rounds=6, sampling=sampling,
+        widths=widths, auto_widths=(8, 16, 32), costs=budget_mod.CostTable(),
+    )
+    for prompt, out in zip(PROMPTS, outputs):
+        assert out == ar_reference(prompt, len(out), sampling)
+    assert w.models.widths == widths
+    assert all(c <= 8 for c in accept_lengths)  # never past the draft block
+
+
+def _costs(widths, verify_ms):
+    table = budget_mod.CostTable()
+    for width, ms in zip(widths, verify_ms):
+        for bs in (1, 2, 4, 8):
+            table.add(width, bs, ms)
+    return table
+
+
+def test_auto_verifies_the_width_the_policy_prefers_and_learns_from_the_rounds():
+    widths = (8, 16, 32)
+    # One accept table for every width (B 7/15/31 -> 3/5/6 tokens); the 16-wide verify is the
+    # cheapest per committed token: every round takes it.
+    table = {7: 3.0, 15: 5.0, 31: 6.0}
+    outputs, _, w = run_rounds(prompts=PROMPTS, budget=31, block_size=8, topk=16, overlap=True, rounds=5,
+                               auto_widths=widths, costs=_costs(widths, (4.0, 4.0, 40.0)), accept_model=table)
+    for prompt, out in zip(PROMPTS, outputs):
+        assert out == ar_reference(prompt, len(out))
+    assert set(w._policy.chosen) == {16} and w._policy.chosen[16] == 5 and set(w.models.widths) == {16}
+    # The tree's own expectations came back (STATS_LAG rounds late, through the pinned copy), one
+    # per width, larger for a larger tree; the measured acceptance moved the calibration.
+    expected = [w._policy.expected[width] for width in widths]
+    assert expected == sorted(expected) and expected[0] > 0
+    assert w._policy.calibration != 1.0
+
+
+def test_without_a_cost_table_auto_verifies_the_chains_width():
+    w, _ = make_worker(bs=1, budget=31, block_size=8, topk=16)
+    w.auto_widths = (8, 16, 32)
+    w.model_runner.decode_cuda_graph_runner = None
+    w._init_budget_policy()
+    assert w._policy is None and w._round_width(4) == 8

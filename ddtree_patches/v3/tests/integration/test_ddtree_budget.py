@@ -1,0 +1,100 @@
+"""The per-round budget policy of ``--speculative-ddtree-budget auto`` (``ddtree_budget.py``), on
+its own: the widths, the acceptance models, the cost table, the choice, and the flag's parsing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+budget_mod = pytest.importorskip("sglang.srt.speculative.ddtree_budget")
+
+PAPER = {16: 8.61, 32: 9.27, 64: 9.75, 128: 10.20}
+
+
+def test_auto_widths_are_multiples_of_the_draft_block_up_to_the_widest():
+    assert budget_mod.auto_verify_widths(16, 64) == (16, 32, 64)
+    assert budget_mod.auto_verify_widths(8, 40) == (8, 16, 32)
+    assert budget_mod.auto_verify_widths(16, 15) == ()
+
+
+def test_the_accept_table_is_exact_at_its_points_and_log_linear_between():
+    assert budget_mod.interpolate_accept(PAPER, 32) == pytest.approx(9.27)
+    between = budget_mod.interpolate_accept(PAPER, 45)
+    t = math.log2(45 / 32)
+    assert between == pytest.approx(9.27 + t * (9.75 - 9.27))
+    below = budget_mod.interpolate_accept(PAPER, 15)
+    assert below < 8.61 and below == pytest.approx(8.61 - math.log2(16 / 15) * (9.27 - 8.61))
+    assert budget_mod.interpolate_accept({4: 2.0, 8: 2.5}, 1) == pytest.approx(1.0)  # never below 1
+
+
+def _table(per_width):
+    costs = budget_mod.CostTable()
+    for width, by_bs in per_width.items():
+        for bs, ms in by_bs.items():
+            costs.add(width, bs, ms)
+    return costs
+
+
+# An H200-like verify: weight-bound (flat) at one request, compute-bound (per token) at 32.
+VERIFY = {16: {1: 5.40, 8: 6.5, 32: 15.4}, 32: {1: 5.45, 8: 9.0, 32: 29.0}, 64: {1: 5.50, 8: 16.0, 32: 57.0}}
+
+
+def test_one_request_takes_the_widest_tree_and_a_full_batch_the_chains_width():
+    policy = budget_mod.BudgetPolicy(widths=(16, 32, 64), costs=_table(VERIFY), accept_model=PAPER)
+    assert policy.choose(1) == 64
+    assert policy.choose(32) == 16
+    assert policy.chosen == {64: 1, 16: 1}
+    # A batch size between captured ones costs what its graph (the next size up) costs.
+    assert policy.costs.verify_ms(32, 5) == VERIFY[32][8]
+    assert policy.costs.verify_ms(16, 40) == pytest.approx(15.4 * 40 / 32)  # above every graph: scaled
+
+
+def test_the_rest_of_the_round_is_learned_from_the_periods_and_idle_spells_are_skipped():
+    policy = budget_mod.BudgetPolicy(widths=(16, 32), costs=_table(VERIFY), accept_model=PAPER)
+    clock = 100.0
+    policy.round_started(clock)
+    for _ in range(60):
+        width = policy.choose(8)
+        clock += (policy.costs.verify_ms(width, 8) + 3.0) / 1e3  # 3 ms besides the verify
+        policy.round_started(clock)
+    assert policy.rest_ms[8] == pytest.approx(3.0, rel=0.05)
+    policy.choose(8)
+    policy.round_started(clock + 5.0)  # five seconds without traffic: not a round
+    assert policy.rest_ms[8] == pytest.approx(3.0, rel=0.05)
+
+
+def test_the_trees_own_expectations_and_the_measured_acceptance_drive_the_choice():
+    flat = _table({16: {4: 5.0}, 32: {4: 5.5}})
+    policy = budget_mod.BudgetPolicy(widths=(16, 32), costs=flat)
+    policy.observe_expected([2.0, 2.05])  # the wider tree adds almost nothing for this batch
+    assert policy.choose(4) == 16
+    policy.observe_expected([2.0, 6.0])
+    for _ in range(40):
+        policy.observe_expected([2.0, 6.0])
+    assert policy.choose(4) == 32
+    for _ in range(100):  # the draft overestimates: half of what it expects is accepted
+        policy.observe_accepted(32, 0.5 * policy.expected[32])
+    assert policy.calibration == pytest.approx(0.5, rel=0.05)
+    policy.observe_accepted(32, 1e9)
+    assert policy.calibration <= budget_mod.CALIBRATION_BOUNDS[1]
+
+
+@pytest.mark.parametrize(("value", "parsed"), [("auto", "auto"), ("AUTO", "auto"), ("64", 64), (16, 16)])
+def test_the_budget_flag_takes_auto_or_a_whole_number(value, parsed):
+    assert budget_mod.parse_ddtree_budget(value) == parsed
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "sixty", "1.5", ""])
+def test_any_other_budget_is_refused_naming_the_flag(value):
+    with pytest.raises(ValueError, match="--speculative-ddtree-budget: expected 'auto' or a whole number >= 1"):
+        budget_mod.parse_ddtree_budget(value)
+
+
+def test_an_accept_model_comes_from_json_or_a_file(tmp_path):
+    assert budget_mod.load_accept_model('{"16": 8.61, "64": 9.75}') == {16: 8.61, 64: 9.75}
+    path = tmp_path / "table.json"
+    path.write_text('{"32": 9.27}')
+    assert budget_mod.load_accept_model(str(path)) == {32: 9.27}
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_ACCEPT_MODEL"):
+        budget_mod.load_accept_model('{"16": 0.5}')

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 
 import pytest
-
 from sglang.srt.server_args import ServerArgs
 
 

@@ -15,6 +15,7 @@ of its package (``patchkit.render.<area>``).
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -280,9 +281,12 @@ def port_cmd(set_dir: Path | None, to_version: str | None, to_git: str | None, f
               help="Verify a target that is not exactly the set applied (hand edits, a partial series), saying so.")
 @click.option("--each-prefix", is_flag=True,
               help="Also check that every prefix of the series applies, compiles, imports and cross-references.")
+@click.option("--strict-coverage", is_flag=True,
+              help="An added Python line no set test runs and the manifest does not declare is an error, not a "
+              "warning (sets PATCHKIT_STRICT_COVERAGE=1; every set test runs).")
 @output_options
 def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], junit: Path | None,
-           allow_drift: bool, each_prefix: bool, output: Output) -> None:
+           allow_drift: bool, each_prefix: bool, strict_coverage: bool, output: Output) -> None:
     """Run the verification gates on a patched tree.
 
     First states whether the target is exactly the set applied; then runs every gate (or those named
@@ -291,6 +295,9 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], ju
     from patchkit.checks.registry import EACH_PREFIX, GATES, REUSABLE  # the only import of checks/ in patchkit
     from patchkit.render.verify import VerifyView
     from patchkit.verify.run import verify as run_verify
+
+    if strict_coverage:
+        os.environ["PATCHKIT_STRICT_COVERAGE"] = "1"  # an input of the tests gate, and of its reuse key
 
     def core() -> CommandResult:
         with VerifyView(output.progress) as view:

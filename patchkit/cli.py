@@ -296,13 +296,22 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], ju
     from patchkit.render.verify import VerifyView
     from patchkit.verify.run import verify as run_verify
 
-    if strict_coverage:
-        os.environ["PATCHKIT_STRICT_COVERAGE"] = "1"  # an input of the tests gate, and of its reuse key
-
     def core() -> CommandResult:
-        with VerifyView(output.progress) as view:
-            return run_verify(set_dir, target, gates, junit, registry=GATES, on_gate=view, allow_drift=allow_drift,
-                              extra=EACH_PREFIX if each_prefix else None, reusable=REUSABLE)
+        # an input of the tests gate and of its reuse key, for this command only (an in-process caller's
+        # environment is left as it was)
+        previous = os.environ.get("PATCHKIT_STRICT_COVERAGE")
+        if strict_coverage:
+            os.environ["PATCHKIT_STRICT_COVERAGE"] = "1"
+        try:
+            with VerifyView(output.progress) as view:
+                return run_verify(set_dir, target, gates, junit, registry=GATES, on_gate=view,
+                                  allow_drift=allow_drift, extra=EACH_PREFIX if each_prefix else None,
+                                  reusable=REUSABLE)
+        finally:
+            if previous is None:
+                os.environ.pop("PATCHKIT_STRICT_COVERAGE", None)
+            else:
+                os.environ["PATCHKIT_STRICT_COVERAGE"] = previous
 
     run_command("verify", output, core)
 

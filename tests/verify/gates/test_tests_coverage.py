@@ -4,6 +4,7 @@ declarations (bad ones are exit 2 naming the manifest's line), and the CLI's --s
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
@@ -99,7 +100,7 @@ def test_strict_coverage_turns_the_warning_into_an_error(tmp_path, monkeypatch):
     assert strict.exit_code == 1, strict.output
     findings = [f for g in json.loads(strict.stdout)["result"]["gates"] for f in g["findings"]]
     assert any(f["severity"] == "error" and f["file"] == "python/pkg/algo.py" and f["line"] == 6 for f in findings)
-    monkeypatch.delenv("PATCHKIT_STRICT_COVERAGE", raising=False)  # the flag set it for this process
+    assert "PATCHKIT_STRICT_COVERAGE" not in os.environ  # the flag is this command's, not the process's
 
 
 def test_a_declaration_of_a_line_the_set_does_not_add_is_exit_2(tmp_path):

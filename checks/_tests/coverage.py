@@ -128,7 +128,8 @@ def declarations(manifest_path: Path, table: dict[str, Any], added: Mapping[str,
             first = int(match["first"])
             wanted = set(range(first, int(match["last"] or first) + 1))
         lines = frozenset(wanted & added[file])
-        if not lines or (not match["qual"] and lines != wanted & set(statements[file].owner)):
+        code = wanted & set(statements[file].owner)  # blank, comment and docstring lines are not code
+        if not lines & code or (not match["qual"] and code - added[file]):
             raise BadInput(f"coverage declaration {spec!r} names line(s) the set does not add to {file}",
                            location=where, hint="declare only added lines; regenerate the declarations "
                            "from `patchkit verify --gate tests --verbose`")

@@ -58,6 +58,7 @@ def test_ochiai_ranks_the_line_only_failing_tests_run_first():
     ("m.py:widths", "", "has no reason"),
     ("m.py:1", "GPU only", "line(s) the set does not add"),  # the docstring: added, but not code
     ("m.py:40-41", "GPU only", "line(s) the set does not add"),
+    ("m.py:5-6", "GPU only", "line(s) the set does not add"),  # a docstring and a comment: no code
     ("m.py:nowhere", "GPU only", "defines no nowhere"),
     ("other.py:3", "GPU only", "adds no Python line to other.py"),
     ("m.py", "GPU only", "is not FILE:FUNCTION"),
@@ -70,6 +71,18 @@ def test_a_bad_declaration_names_the_manifest_line(tmp_path, spec, reason, messa
                      {"m.py": Statements.of(SOURCE)})
     assert message in raised.value.message
     assert raised.value.location is not None and raised.value.location.line == 5
+
+
+def test_a_line_range_may_span_blank_and_comment_lines(tmp_path):
+    manifest = tmp_path / "manifest.toml"
+    manifest.write_text('[verify.tests.unreachable]\n"m.py:5-9" = "GPU only"\n')
+    added = {"m.py": frozenset(range(1, 14))}
+    (declared,) = declarations(manifest, {"unreachable": {"m.py:5-9": "GPU only"}}, added,
+                               {"m.py": Statements.of(SOURCE)})
+    assert declared.lines == frozenset(range(5, 10)) and declared.manifest_line == 2
+    base_line = {"m.py": frozenset(range(1, 14)) - {8}}  # line 8 of the range is the base's
+    with pytest.raises(BadInput, match="does not add"):
+        declarations(manifest, {"unreachable": {"m.py:5-9": "GPU only"}}, base_line, {"m.py": Statements.of(SOURCE)})
 
 
 ALGO = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"

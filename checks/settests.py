@@ -215,15 +215,32 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
     buckets = relative_lines(outcome, ctx)
     if not failed or not buckets:
         return []
-    ranked = ochiai(buckets, failed, passed, added, statement_tables(ctx, added))
+    tables = statement_tables(ctx, added)
+    ranked = ochiai(buckets, failed, passed, added, tables)
+    # lines of functions that changed since the recorded run come first: a test that passed there and
+    # fails now failed through a change (the spectrum alone ranks a line every test runs low)
+    changed = outcome.get("changed") or {}
+
+    def is_changed(file: str, line: int) -> bool:
+        return any(a <= line <= b for a, b in changed.get(file, []))
+
+    # a def or class line "runs" at every call and import: it is never the changed behaviour itself
+    headers = {(file, span[0]) for file, table in tables.items() for span in table.spans.values()}
+    ranked = [r for r in ranked if (r[1], r[2]) not in headers]
+    ranked.sort(key=lambda r: not is_changed(r[1], r[2]))
     out = []
     for score, file, line in ranked[:LOCATED]:
         if (file, line) in already:
             continue
-        ran_by = sum(1 for n in failed if line in buckets.get(n, {}).get(file, set()))
+        table = tables[file]
+        ran = [n for n in (*failed, *passed) if table.owner.get(line) in
+               {table.owner.get(x) for x in buckets.get(n, {}).get(file, set())}]
+        ran_failed = sum(1 for n in ran if n in failed)
+        since = "; its function changed since the recorded run" if is_changed(file, line) else ""
         out.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
-                           message=f"likely cause of the failing set tests (Ochiai {score:.2f}): this added line "
-                           f"runs in {ran_by} of {len(failed)} failing test(s) and fewer passing ones",
+                           message=f"likely cause of the failing set tests (Ochiai {score:.2f}{since}): this added "
+                           f"line runs in {ran_failed} of {len(failed)} failing and {len(ran) - ran_failed} of "
+                           f"{len(passed)} passing test(s)",
                            hint="the spectrum of which tests run which added lines ranks it; read it first"))
     return out
 
@@ -347,7 +364,7 @@ def _run_with_impact(python: str, tests_dir: Path, ctx: VerifyContext, stub_dir:
     fresh = run_pytest(python, tests_dir, ctx, stub_dir, config, affected)
     if fresh.get("returncode") not in (0, 1) or not fresh.get("tests"):
         return run_pytest(python, tests_dir, ctx, stub_dir, config)  # something odd: run everything
-    merged = previous.merged(fresh, ctx.root)
+    merged = {**previous.merged(fresh, ctx.root), "changed": previous.changed_spans(ctx.root)}
     recorded = Snapshot.record(ctx.root, fresh)
     if recorded is not None:
         store.add(rebased(ctx.root, previous, recorded))

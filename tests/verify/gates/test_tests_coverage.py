@@ -125,3 +125,45 @@ def test_a_declaration_of_a_line_the_set_does_not_add_is_exit_2(tmp_path):
     assert f"manifest.toml:{line}" in done.output and "does not add" in done.output
 
 
+
+
+SHARED = '''\
+def norm(xs):
+    total = sum(xs)
+    return [x / total for x in xs]
+
+
+def first(xs):
+    ys = norm(xs)
+    return ys[0]
+
+
+def last(xs):
+    ys = norm(xs)
+    return ys[-1]
+'''
+SHARED_TESTS = ("import os, sys\nsys.path.insert(0, os.path.join(os.environ['PATCHKIT_TARGET'], 'python'))\n"
+                "import pytest\nfrom pkg.algo import first, last, norm\n\n\n"
+                "def test_first():\n    assert first([1, 3]) == 0.25\n\n\n"
+                "def test_last():\n    assert last([1, 3]) == 0.75\n\n\n"
+                "@pytest.mark.parametrize('n', [2, 3, 4, 5])\n"
+                "def test_norm_sums_to_one(n):\n    assert sum(norm(list(range(1, n)))) == pytest.approx(1)\n")
+
+
+def test_the_locator_puts_the_changed_line_first_though_passing_tests_run_it(make_ctx):
+    from patchkit.checks import settests
+
+    files = {"python/pkg/__init__.py": "", "python/pkg/algo.py": SHARED, "@set/tests/test_algo.py": SHARED_TESTS}
+    ctx = make_ctx(files, {"verify": {"tests": {"interpreter": "current"}}})
+    assert not [f for f in settests.run(ctx) if f.severity.value == "error"]
+    # norm() now reverses: first() and last() fail, the sums still pass (the spectrum alone ranks the
+    # lines of first() and last(), which only failing tests run, above norm()'s)
+    (ctx.root / "python/pkg/algo.py").write_text(SHARED.replace("for x in xs]", "for x in reversed(xs)]"))
+    located = [f for f in settests.run(ctx) if "likely cause" in f.message]
+    # norm()'s two statements first (the change is in one of them; the function is what changed), then
+    # the spectrum's own best, a line of first() or last()
+    assert {(f.file, f.line) for f in located[:2]} == {("python/pkg/algo.py", 2), ("python/pkg/algo.py", 3)}
+    for finding in located[:2]:
+        assert "its function changed since the recorded run" in finding.message
+        assert "runs in 2 of 2 failing and 4 of 4 passing test(s)" in finding.message
+    assert located[2].line in (7, 8, 12, 13) and "changed" not in located[2].message

@@ -248,7 +248,7 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
 def check_config(ctx: VerifyContext) -> None:
     """The coverage declarations name lines the set adds, each with a reason (bad input otherwise)."""
     table = ctx.gate_config(NAME)
-    named = {str(spec).partition(":")[0] for spec in table.get("unreachable", {})}
+    named = {str(spec).partition(":")[0] for name in ("unreachable", "untested") for spec in table.get(name, {})}
     if not named:
         return
     files = [t for t in ctx.touched if t in named and t.endswith(".py")]
@@ -274,7 +274,8 @@ def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[s
     for files in relative_lines(outcome, ctx).values():
         for rel, lines in files.items():
             ran.setdefault(rel, set()).update(lines)
-    groups, total, done = uncovered(added, ran, tables, declared)
+    groups, counts = uncovered(added, ran, tables, declared)
+    total, done = counts.total, counts.done
     severity = Severity.ERROR if strict_coverage(ctx) else Severity.WARNING
     patches = patch_names(ctx, [(g.file, g.lines[0]) for g in groups])
     findings = []
@@ -287,9 +288,12 @@ def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[s
             hint=f'test it on CPU, or declare it in the manifest\'s [verify.tests.unreachable]: '
             f'"{group.file}:{group.scope or group.lines[0]}" = "<why it cannot run on CPU>"'))
     percent = 100.0 * done / total if total else 100.0
+    unreachable = sum(1 for d in declared if d.table == "unreachable")
     findings.append(Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
                             message=f"added-line coverage: {done} of {total} added statements executed or declared "
-                            f"({percent:.1f}%; {len(declared)} declaration(s))"))
+                            f"({percent:.1f}%; {unreachable} unreachable declaration(s), "
+                            f"{len(declared) - unreachable} known gap(s) over {counts.gaps} statement(s); "
+                            f"{100.0 * (done - counts.gaps) / total if total else 100.0:.1f}% without the known gaps)"))
     return findings
 
 
@@ -326,7 +330,9 @@ def run(ctx: VerifyContext) -> list[Finding]:
         config = {**config, "impact": False}  # every test runs, so every line it runs is seen
     interpreter = choose_interpreter(ctx, config)
     stub_dir, stub_rows = stubs(ctx, NAME)
-    suite = key_of(NAME, interpreter.spec_key, config, RUNNER.read_text(),
+    # the coverage declarations change what is reported, not what runs: not part of the run's key
+    run_config = {k: v for k, v in config.items() if k not in ("unreachable", "untested")}
+    suite = key_of(NAME, interpreter.spec_key, run_config, RUNNER.read_text(),
                    hash_files((p for p in scope.rglob("*") if p.is_file() and "__pycache__" not in p.parts),
                               scope),
                    hash_files(stub_dir.rglob("*.py")) if stub_dir else None,

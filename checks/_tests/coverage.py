@@ -11,7 +11,10 @@ docstrings are not code.
     [verify.tests.unreachable]
     "python/pkg/mod.py:Worker.capture_graphs" = "CUDA graph capture: needs a GPU"   # a function or class
     "python/pkg/mod.py:120-131" = "the Triton launch: CUDA only"                      # lines (or one line)
+    [verify.tests.untested]                  # known gaps: a CPU test could run them, none does yet
+    "python/pkg/mod.py:Worker.refuse" = "the refusal of a mamba target: no toy mamba backend yet"
 
+Both silence the warning; the coverage row counts them apart, so a known gap stays visible.
 A declaration that names a file the series does not touch, a function that has no added line, a
 line the set does not add, or an empty reason is bad input naming the manifest's file and line.
 
@@ -33,7 +36,8 @@ from typing import Any
 from patchkit.errors import BadInput, location
 from patchkit.manifest import human_part
 
-TABLE = "unreachable"
+TABLE = "unreachable"  # lines no CPU test can run (CUDA kernels, GPU-only branches)
+GAPS = "untested"  # known gaps: lines a CPU test could run but none does yet, each with its reason
 _SPEC = re.compile(r"^(?P<file>[^:]+):(?:(?P<first>\d+)(?:-(?P<last>\d+))?|(?P<qual>[A-Za-z_][\w.]*))$")
 
 
@@ -98,6 +102,7 @@ class Declaration:
     lines: frozenset[int]  # the added code lines it covers
     reason: str
     manifest_line: int | None
+    table: str = TABLE
 
 
 def declarations(manifest_path: Path, table: dict[str, Any], added: Mapping[str, frozenset[int]],
@@ -105,7 +110,8 @@ def declarations(manifest_path: Path, table: dict[str, Any], added: Mapping[str,
     """The manifest's ``[verify.tests.unreachable]``, each checked against the lines the set adds."""
     text = human_part(manifest_path.read_text(encoding="utf-8"))
     out = []
-    for spec, reason in table.get(TABLE, {}).items():
+    entries = [(name, spec, reason) for name in (TABLE, GAPS) for spec, reason in table.get(name, {}).items()]
+    for name, spec, reason in entries:
         where = location(manifest_path, _line_of(text, spec))
         match = _SPEC.match(spec)
         if not isinstance(reason, str) or not reason.strip():
@@ -133,7 +139,7 @@ def declarations(manifest_path: Path, table: dict[str, Any], added: Mapping[str,
             raise BadInput(f"coverage declaration {spec!r} names line(s) the set does not add to {file}",
                            location=where, hint="declare only added lines; regenerate the declarations "
                            "from `patchkit verify --gate tests --verbose`")
-        out.append(Declaration(file, lines, reason.strip(), where.line))
+        out.append(Declaration(file, lines, reason.strip(), where.line, name))
     return out
 
 
@@ -151,13 +157,23 @@ class Uncovered:
     scope: str  # the innermost function or class around the first one ("" at module level)
 
 
+@dataclass(frozen=True)
+class Counts:
+    total: int  # added statements
+    done: int  # executed or declared
+    gaps: int  # not executed, declared a known gap only ([verify.tests.untested])
+
+
 def uncovered(added: Mapping[str, frozenset[int]], ran: Mapping[str, set[int]],
-              statements: Mapping[str, Statements], declared: list[Declaration]) -> tuple[list[Uncovered], int, int]:
+              statements: Mapping[str, Statements], declared: list[Declaration]) -> tuple[list[Uncovered], Counts]:
     """The added statements no test ran and no declaration covers, grouped by file and scope; and the
-    counts (added statements, executed or declared ones)."""
-    skip = {(d.file, n) for d in declared for n in d.lines}
+    counts."""
+    skip: dict[tuple[str, int], set[str]] = {}
+    for d in declared:
+        for n in d.lines:
+            skip.setdefault((d.file, n), set()).add(d.table)
     groups: dict[tuple[str, str], list[int]] = {}
-    total = done = 0
+    total = done = gaps = 0
     for file, lines in sorted(added.items()):
         table = statements.get(file)
         if table is None:
@@ -169,11 +185,13 @@ def uncovered(added: Mapping[str, frozenset[int]], ran: Mapping[str, set[int]],
         executed = executed_statements(ran.get(file, set()), table)
         for first, stmt_lines in sorted(by_statement.items()):
             total += 1
-            if first in executed or any((file, n) in skip for n in stmt_lines):
+            kinds = set().union(*(skip.get((file, n), set()) for n in stmt_lines))
+            if first in executed or kinds:
                 done += 1
+                gaps += first not in executed and TABLE not in kinds
                 continue
             groups.setdefault((file, scope_of(table, first)), []).append(first)
-    return [Uncovered(f, tuple(ls), s) for (f, s), ls in groups.items()], total, done
+    return [Uncovered(f, tuple(ls), s) for (f, s), ls in groups.items()], Counts(total, done, gaps)
 
 
 def scope_of(table: Statements, line: int) -> str:

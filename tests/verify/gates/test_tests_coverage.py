@@ -9,7 +9,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from patchkit.checks._tests.coverage import Declaration, Statements, declarations, ochiai, uncovered
+from patchkit.checks._tests.coverage import Counts, Declaration, Statements, declarations, ochiai, uncovered
 from patchkit.cli import cli
 from patchkit.errors import BadInput
 from patchkit.testing.verify import applied_example
@@ -38,11 +38,13 @@ def test_a_multi_line_statement_counts_once_by_its_first_line():
     assert table.spans["widths"] == (4, 13)
     added = {"m.py": frozenset(range(1, 14))}
     # the runner saw line 9 of the multi-line statement: the statement ran; `return out` did not
-    groups, total, done = uncovered(added, {"m.py": {4, 9, 11, 13}}, {"m.py": table}, [])
-    assert (total, done) == (5, 4)
+    groups, counts = uncovered(added, {"m.py": {4, 9, 11, 13}}, {"m.py": table}, [])
+    assert (counts.total, counts.done, counts.gaps) == (5, 4, 0)
     assert [(g.file, g.lines, g.scope) for g in groups] == [("m.py", (12,), "widths")]
     declared = [Declaration("m.py", frozenset({12}), "GPU only", 3)]
-    assert uncovered(added, {"m.py": {4, 9, 11, 13}}, {"m.py": table}, declared)[:2] == ([], 5)
+    assert uncovered(added, {"m.py": {4, 9, 11, 13}}, {"m.py": table}, declared) == ([], Counts(5, 5, 0))
+    gap = [Declaration("m.py", frozenset({12}), "no test yet", 3, "untested")]
+    assert uncovered(added, {"m.py": {4, 9, 11, 13}}, {"m.py": table}, gap) == ([], Counts(5, 5, 1))
 
 
 def test_ochiai_ranks_the_line_only_failing_tests_run_first():

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit import tomlfile
+from patchkit.checks._backend.causes import branch_causes, default_causes
 from patchkit.checks._backend.matrix import Coverage, describe_row, generated_cases
 from patchkit.checks._probe.runner import (
     DependencyCache,
@@ -67,7 +68,7 @@ from patchkit.checks._probe.runner import (
 from patchkit.errors import BadInput, Location
 from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import added_lines
+from patchkit.verify.facts import added_lines, settings_from_manifest
 
 NAME = "backend"
 DESCRIPTION = "the tree's ServerArgs resolves DDTREE to tree-mask-safe backends and widths on simulated GPUs"
@@ -101,6 +102,8 @@ class CaseResult:
     traced: tuple[str, int] | None = None  # the added tree line the failure traces back to
     # (file, line, "field = value"): the added lines that produced a value the case failed on
     produced: tuple[tuple[str, int, str], ...] = ()
+    # (file, line, why): added class-level defaults and never-run added branches behind a failure
+    causes: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -421,6 +424,39 @@ def _produced(ctx: VerifyContext, row: dict[str, Any], failed: set[tuple[str, st
     return tuple(out)
 
 
+def _causes(ctx: VerifyContext, row: dict[str, Any], failed: set[tuple[str, str]], added: dict[str, frozenset[int]],
+            sources: dict[str, str]) -> tuple[tuple[str, int, str], ...]:
+    """What the run-time trace-back cannot see (checks/_backend/causes.py): added class-level defaults
+    the failed values point at, and the never-run added branch of each base function that produced one."""
+    if not failed:
+        return ()
+    origins = []
+    for name, (file, line, value) in sorted(row.get("origins", {}).items()):
+        rel = tree_relative(ctx, file) if file else None
+        shown = {str(value)} | ({str(effective_backend(value, row.get("use_mla")))}
+                                if name in BACKEND_FIELDS and isinstance(value, str) else set())
+        if rel is not None and line is not None and any((f, v) in failed for f in (name, ANY_FIELD) for v in shown):
+            origins.append((rel, int(line), f"{name} = {value!r}"))
+    executed: dict[str, set[int]] = {}
+    for entry in row.get("executed", []):
+        rel = tree_relative(ctx, entry[0])
+        if rel is not None:
+            executed.setdefault(rel, set()).add(int(entry[1]))
+    base_origins = [o for o in origins if o[1] not in added.get(o[0], frozenset())]  # added ones: _produced
+    family = settings_from_manifest(ctx.manifest).family_re().search
+    texts = [_source_line(sources, ctx, rel, line) for rel, line, _assignment in origins]
+    found = default_causes(sources, added, failed, row.get("origins", {}), family, texts)
+    found += branch_causes(sources, added, base_origins, executed)
+    return tuple(dict.fromkeys(found))
+
+
+def _source_line(sources: dict[str, str], ctx: VerifyContext, rel: str, line: int) -> str:
+    if rel not in sources:
+        sources[rel] = (ctx.root / rel).read_text(errors="replace")
+    lines = sources[rel].splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
 def evaluate(ctx: VerifyContext) -> Evaluation:
     """Every case, resolved and checked (keywords and command line); also the flags' problems."""
     spec, rel = _load_expectations(ctx)
@@ -432,6 +468,7 @@ def evaluate(ctx: VerifyContext) -> Evaluation:
     payload = _probe_payload(ctx, request, stub_folder)
     rows = {row["name"]: row for row in payload["rows"]}
     algorithm = spec.get("algorithm", "DDTREE")
+    sources = {rel: (ctx.root / rel).read_text(errors="replace") for rel in added}
     results = []
     for case in cases:
         row = rows.get(case["name"], {"error": "no row from the probe"})
@@ -440,9 +477,11 @@ def evaluate(ctx: VerifyContext) -> Evaluation:
         problems = _check_case(case, values, algorithm) + _check_generated(case, values, algorithm)
         problems += _check_cli(values, row.get("cli"))
         traced = _trace(ctx, row, problems, added) if problems else None
-        produced = _produced(ctx, row, _failed_values(case, values, algorithm), added) if problems else ()
+        failed = _failed_values(case, values, algorithm) if problems else set()
+        produced = _produced(ctx, row, failed, added) if problems else ()
+        causes = _causes(ctx, row, failed, added, sources) if problems else ()
         name = case["name"] + (f" ({describe_row(case['generated'])})" if case.get("generated") else "")
-        results.append(CaseResult(name, values, tuple(problems), case["line"], traced, produced))
+        results.append(CaseResult(name, values, tuple(problems), case["line"], traced, produced, causes))
     flag_problems = []
     for flag in payload.get("flags", []):
         file = tree_relative(ctx, flag["file"]) if flag.get("file") else None
@@ -495,6 +534,15 @@ def run(ctx: VerifyContext) -> list[Finding]:
         for source, number, assignment in result.produced:
             traced.setdefault((source, number), []).append(f"{result.name}: {assignment} came from here; "
                                                        f"{result.problems[0]}")
+    caused: dict[tuple[str, int], list[str]] = {}
+    for result in evaluation.results:
+        for source, number, why in result.causes if result.problems else ():
+            caused.setdefault((source, number), []).append(f"{why}; case {result.name}: {result.problems[0]}")
+    for (cause_file, cause_line), failures in caused.items():
+        more = f" (and {len(failures) - 1} more case(s))" if len(failures) > 1 else ""
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=cause_file, line=cause_line,
+                                message=f"backend case failure points at this added line: {failures[0]}{more}",
+                                hint=f"see the case rows of {rel}"))
     for (file, line), failures in traced.items():
         more = f" (and {len(failures) - 1} more case(s))" if len(failures) > 1 else ""
         findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
@@ -712,6 +760,26 @@ def traced_example_tree(ddtree_default: str | None, base_default: str = "triton"
     }
 
 
+def _patched(files: dict[str, str], *edits: tuple[str, str]) -> dict[str, str]:
+    """The fixture with the set's own server_args.py edited (each edit must apply)."""
+    text = files["python/sglang/srt/server_args.py"]
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return {**files, "python/sglang/srt/server_args.py": text}
+
+
+# A DDTREE branch placed below the base's return: it never runs, the refused value is the base's.
+_DDTREE_BRANCH = ('        if self.speculative_algorithm == "DDTREE":\n'
+                  "            return self._get_default_ddtree_attn_backend()\n")
+_UNREACHABLE_BRANCH = _patched(traced_example_tree("triton", base_default="fa3"),
+                               (_DDTREE_BRANCH + "        return 'fa3'\n", "        return 'fa3'\n" + _DDTREE_BRANCH))
+# A DDTREE backend kept in a class-level default the set adds: no run-time assignment made the value.
+_CLASS_DEFAULT = _patched(
+    traced_example_tree("triton"),
+    ("    attention_backend: str = None\n", "    attention_backend: str = None\n    ddtree_backend: str = 'fa3'\n"),
+    ("        return 'triton'\n\n    def __post_init__", "        return self.ddtree_backend\n\n    def __post_init__"))
+
 EXAMPLES = (
     Example(name="tree topk keeps fa3 on its mask path", files=_example_tree("self.speculative_eagle_topk = 4"),
             passes=True, config={"interpreter": "current"}),
@@ -722,4 +790,9 @@ EXAMPLES = (
     Example(name="an added DDTREE default picks a backend the set refuses", files=traced_example_tree("fa3"),
             passes=False, expect="traces back to this added line: ddtree default: attention_backend = 'fa3' came "
             "from here", config={"interpreter": "current"}),
+    Example(name="an added DDTREE branch below the base's return is named", files=_UNREACHABLE_BRANCH,
+            passes=False, expect="this added branch never ran, and attention_backend = 'fa3' came from",
+            config={"interpreter": "current"}),
+    Example(name="an added class-level default behind a refused backend is named", files=_CLASS_DEFAULT,
+            passes=False, expect="ddtree_backend = fa3 (a class-level default)", config={"interpreter": "current"}),
 )

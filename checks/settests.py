@@ -11,6 +11,13 @@ or else the running interpreter. ``[verify.tests]`` may set ``interpreter = "cur
 running interpreter, ``args`` (extra pytest arguments) and ``timeout`` (seconds). Each failing test
 is a finding at the test's own failing line; where the error was raised inside the tree is named in
 the message. No bytecode or pytest cache is written into the set or the tree.
+
+The same run records which lines of the touched files each test ran (``checks/_tests/coverage.py``):
+every added Python statement no set test runs and no ``[verify.tests.unreachable]`` declaration
+covers is a warning, per patch (an error with ``patchkit verify --strict-coverage``, which sets
+``PATCHKIT_STRICT_COVERAGE=1``, or ``[verify.tests] strict_coverage = true``); when tests fail, the added
+lines the failing tests ran and the passing ones did not are ranked (Ochiai) and the top candidates
+are findings at their line.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any
 
 from patchkit import proc
 from patchkit.checks._probe.runner import python_names
+from patchkit.checks._tests.coverage import Statements, declarations, ochiai, uncovered
 from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit.errors import BadInput, location
 from patchkit.manifest import line_of
@@ -96,7 +104,7 @@ def run_pytest(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Pat
     """One pytest run in ``python`` over ``tests`` (recording which tree code each test runs);
     ``selection`` limits it to those node ids (relative to the set directory)."""
     env = {"PATCHKIT_TARGET": str(ctx.root), "PATCHKIT_SET": str(ctx.set_dir), "PYTHONDONTWRITEBYTECODE": "1",
-           "PATCHKIT_TRACE_DEPS": "1"}
+           "PATCHKIT_TRACE_DEPS": "1", "PATCHKIT_COVER_FILES": os.pathsep.join(sorted(covered_paths(ctx)))}
     if stub_dir:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub_dir), os.environ.get("PYTHONPATH")]))
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
@@ -140,6 +148,16 @@ class PytestCounts:
             self.counts[name] = self.counts.get(name, 0) + 1
         done = ", ".join(f"{n} {name}" for name, n in self.counts.items())
         self.progress(f"set tests: {done} so far" + (f" {row.group(2).replace(' ', '')}" if row.group(2) else ""))
+
+
+def covered_paths(ctx: VerifyContext) -> dict[str, str]:
+    """Absolute path (as the tree is imported, and resolved) -> tree-relative path of each touched .py."""
+    out: dict[str, str] = {}
+    for rel in ctx.touched:
+        if rel.endswith(".py") and (ctx.root / rel).is_file():
+            out[os.path.abspath(ctx.root / rel)] = rel
+            out[str((ctx.root / rel).resolve())] = rel
+    return out
 
 
 def resolve(path: str, base: Path) -> Path:
@@ -209,6 +227,7 @@ def findings_from(outcome: dict[str, Any], tests: list[Path], ctx: VerifyContext
     if added:
         traced = (traced_finding(f, ctx, added) for f in outcome["failures"])
         findings += list({(f.file, f.line): f for f in traced if f is not None}.values())
+        findings += located(outcome, ctx, added, {(f.file, f.line) for f in findings})
     shown = display_path(tests[0])
     if code == 5:
         findings.append(Finding(gate=NAME, severity=Severity.WARNING, file=shown, line=None,
@@ -230,6 +249,141 @@ def findings_from(outcome: dict[str, Any], tests: list[Path], ctx: VerifyContext
     return findings
 
 
+LOCATED = 3  # the top candidates of the spectrum-based locator
+
+
+def relative_lines(outcome: dict[str, Any], ctx: VerifyContext) -> dict[str, dict[str, set[int]]]:
+    """The runner's per-bucket lines, keyed by tree-relative path."""
+    paths = covered_paths(ctx)
+    out: dict[str, dict[str, set[int]]] = {}
+    for bucket, files in (outcome.get("lines") or {}).items():
+        for path, lines in files.items():
+            if path in paths:
+                out.setdefault(bucket, {}).setdefault(paths[path], set()).update(lines)
+    return out
+
+
+def statement_tables(ctx: VerifyContext, added: dict[str, frozenset[int]]) -> dict[str, Statements]:
+    out = {}
+    for rel in added:
+        try:
+            out[rel] = Statements.of((ctx.root / rel).read_text(encoding="utf-8", errors="replace"))
+        except SyntaxError:
+            continue  # the compile gate reports it
+    return out
+
+
+def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]],
+            already: set[tuple[str, int | None]]) -> list[Finding]:
+    """The added statements most likely at fault when set tests fail (Ochiai over per-test lines)."""
+    tests = outcome.get("tests") or {}
+    failed = {n for n, t in tests.items() if t.get("outcome") == "failed"}
+    passed = {n for n, t in tests.items() if t.get("outcome") == "passed"}
+    buckets = relative_lines(outcome, ctx)
+    if not failed or not buckets:
+        return []
+    tables = statement_tables(ctx, added)
+    ranked = ochiai(buckets, failed, passed, added, tables)
+    # lines of functions that changed since the recorded run come first: a test that passed there and
+    # fails now failed through a change (the spectrum alone ranks a line every test runs low)
+    changed = outcome.get("changed") or {}
+
+    def is_changed(file: str, line: int) -> bool:
+        return any(a <= line <= b for a, b in changed.get(file, []))
+
+    # a def or class line "runs" at every call and import: it is never the changed behaviour itself
+    headers = {(file, span[0]) for file, table in tables.items() for span in table.spans.values()}
+    ranked = [r for r in ranked if (r[1], r[2]) not in headers]
+    ranked.sort(key=lambda r: not is_changed(r[1], r[2]))
+    out = []
+    for score, file, line in ranked[:LOCATED]:
+        if (file, line) in already:
+            continue
+        table = tables[file]
+        ran = [n for n in (*failed, *passed) if table.owner.get(line) in
+               {table.owner.get(x) for x in buckets.get(n, {}).get(file, set())}]
+        ran_failed = sum(1 for n in ran if n in failed)
+        since = "; its function changed since the recorded run" if is_changed(file, line) else ""
+        out.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
+                           message=f"likely cause of the failing set tests (Ochiai {score:.2f}{since}): this added "
+                           f"line runs in {ran_failed} of {len(failed)} failing and {len(ran) - ran_failed} of "
+                           f"{len(passed)} passing test(s)",
+                           hint="the spectrum of which tests run which added lines ranks it; read it first"))
+    return out
+
+
+def check_config(ctx: VerifyContext) -> None:
+    """The coverage declarations name lines the set adds, each with a reason (bad input otherwise)."""
+    table = ctx.gate_config(NAME)
+    named = {str(spec).partition(":")[0] for name in ("unreachable", "untested") for spec in table.get(name, {})}
+    if not named:
+        return
+    files = [t for t in ctx.touched if t in named and t.endswith(".py")]
+    added = added_lines(ctx.root, files, ctx.base_commit)
+    declarations(ctx.manifest.path, table, added, statement_tables(ctx, added))
+
+
+def strict_coverage(ctx: VerifyContext) -> bool:
+    return os.environ.get("PATCHKIT_STRICT_COVERAGE") == "1" or bool(ctx.gate_config(NAME).get("strict_coverage"))
+
+
+def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]]) -> list[Finding]:
+    """Per patch, the added statements no set test ran and no declaration covers."""
+    if outcome.get("returncode") not in (0, 1) or "lines" not in outcome:
+        return []
+    tables = statement_tables(ctx, added)
+    declared = declarations(ctx.manifest.path, ctx.gate_config(NAME), added, tables)
+    if outcome.get("reused"):
+        return [Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
+                        message=f"added-line coverage not measured: {outcome['reused']} test(s) were reused from an "
+                        "earlier run (--strict-coverage runs every test)")]
+    ran: dict[str, set[int]] = {}
+    for files in relative_lines(outcome, ctx).values():
+        for rel, lines in files.items():
+            ran.setdefault(rel, set()).update(lines)
+    groups, counts = uncovered(added, ran, tables, declared)
+    total, done = counts.total, counts.done
+    severity = Severity.ERROR if strict_coverage(ctx) else Severity.WARNING
+    patches = patch_names(ctx, [(g.file, g.lines[0]) for g in groups])
+    findings = []
+    for group, patch in zip(groups, patches, strict=True):
+        shown = ", ".join(map(str, group.lines[:12])) + (" ..." if len(group.lines) > 12 else "")
+        where = group.scope or "module level"
+        findings.append(Finding(
+            gate=NAME, severity=severity, file=group.file, line=group.lines[0],
+            message=f"{len(group.lines)} added statement(s) in {where} run in no set test ({patch}): line(s) {shown}",
+            hint=f'test it on CPU, or declare it in the manifest\'s [verify.tests.unreachable]: '
+            f'"{group.file}:{group.scope or group.lines[0]}" = "<why it cannot run on CPU>"'))
+    percent = 100.0 * done / total if total else 100.0
+    unreachable = sum(1 for d in declared if d.table == "unreachable")
+    findings.append(Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
+                            message=f"added-line coverage: {done} of {total} added statements executed or declared "
+                            f"({percent:.1f}%; {unreachable} unreachable declaration(s), "
+                            f"{len(declared) - unreachable} known gap(s) over {counts.gaps} statement(s); "
+                            f"{100.0 * (done - counts.gaps) / total if total else 100.0:.1f}% without the known gaps)"))
+    return findings
+
+
+def patch_names(ctx: VerifyContext, places: list[tuple[str, int]]) -> list[str]:
+    """The patch of the series that added each line (by the tree's commit per patch), else "uncommitted"."""
+    from patchkit.git import Repo  # lazy: only a coverage report needs blame
+
+    if not places:
+        return []
+    repo = Repo(ctx.root)
+    commits = repo.run("rev-list", "--reverse", f"{ctx.base_commit}..HEAD").split()
+    series_file = ctx.set_dir / "series"
+    series = [ln.strip() for ln in series_file.read_text().splitlines()
+              if ln.strip() and not ln.startswith("#")] if series_file.is_file() else []
+    by_commit = dict(zip(commits, series, strict=False)) if len(commits) == len(series) else {}
+    out = []
+    for file, line in places:
+        blame = repo.run("blame", "--porcelain", "-L", f"{line},{line}", "--", file)
+        commit = blame.split()[0] if blame else ""
+        out.append(by_commit.get(commit) or ("uncommitted" if set(commit) <= {"0"} else f"commit {commit[:12]}"))
+    return out
+
+
 def run(ctx: VerifyContext) -> list[Finding]:
     config = ctx.gate_config(NAME)
     # `path` is the tests folder, or one test file of it (a narrowed run, as the seeded-defect rows use)
@@ -239,9 +393,13 @@ def run(ctx: VerifyContext) -> list[Finding]:
         return [Finding(gate=NAME, severity=Severity.WARNING, file=display_path(tests_dir), line=None,
                         message="the patch set has no tests folder: nothing was run",
                         hint="add the set's tests under tests/")]
+    if strict_coverage(ctx):
+        config = {**config, "impact": False}  # every test runs, so every line it runs is seen
     interpreter = choose_interpreter(ctx, config)
     stub_dir, stub_rows = stubs(ctx, NAME)
-    suite = key_of(NAME, interpreter.spec_key, config, RUNNER.read_text(),
+    # the coverage declarations change what is reported, not what runs: not part of the run's key
+    run_config = {k: v for k, v in config.items() if k not in ("unreachable", "untested")}
+    suite = key_of(NAME, interpreter.spec_key, run_config, RUNNER.read_text(),
                    [hash_files((p for p in scope.rglob("*") if p.is_file() and "__pycache__" not in p.parts), scope)
                     for scope in scopes(tests)],
                    hash_files(stub_dir.rglob("*.py")) if stub_dir else None,
@@ -253,11 +411,12 @@ def run(ctx: VerifyContext) -> list[Finding]:
         store = SnapshotStore(ctx.cache_dir, suite)
         outcome = _run_with_impact(interpreter.python, tests, ctx, stub_dir, config, store)
         if outcome["returncode"] in (0, 1, 5):
-            cache.put(key, {k: v for k, v in outcome.items() if k not in ("deps", "tests")})
+            slim = {n: {"outcome": t.get("outcome")} for n, t in (outcome.get("tests") or {}).items()}
+            cache.put(key, {**{k: v for k, v in outcome.items() if k not in ("deps", "tests")}, "tests": slim})
     note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests[0]), line=None,
                    message=f"set tests {interpreter.note}" + _shared_note([p for p in tests if p != tests_dir]))
     added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")], ctx.base_commit)
-    return [note, *stub_rows, *findings_from(outcome, tests, ctx, added)]
+    return [note, *stub_rows, *findings_from(outcome, tests, ctx, added), *coverage_findings(outcome, ctx, added)]
 
 
 def _shared_note(shared: list[Path]) -> str:
@@ -282,7 +441,7 @@ def _run_with_impact(python: str, tests: list[Path], ctx: VerifyContext, stub_di
     fresh = run_pytest(python, tests, ctx, stub_dir, config, affected)
     if fresh.get("returncode") not in (0, 1) or not fresh.get("tests"):
         return run_pytest(python, tests, ctx, stub_dir, config)  # something odd: run everything
-    merged = previous.merged(fresh, ctx.root)
+    merged = {**previous.merged(fresh, ctx.root), "changed": previous.changed_spans(ctx.root)}
     recorded = Snapshot.record(ctx.root, fresh)
     if recorded is not None:
         store.add(rebased(ctx.root, previous, recorded))
@@ -309,6 +468,24 @@ EXAMPLES = (
     Example(name="a test module that cannot be collected",
             files={"python/pkg/__init__.py": "", "@set/tests/test_algo.py": _FIND_TREE + "from pkg.nothing import x\n"},
             passes=False, expect="could not be collected"),
+    Example(name="an added function no set test runs",
+            files={"python/pkg/__init__.py": "",
+                   "python/pkg/algo.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
+                   "@set/tests/test_algo.py": _TEST_ADD},
+            passes=False, expect="1 added statement(s) in sub run in no set test"),
+    Example(name="a declared CPU-unreachable function is covered",
+            files={"python/pkg/__init__.py": "",
+                   "python/pkg/algo.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
+                   "@set/tests/test_algo.py": _TEST_ADD},
+            config={"unreachable": {"python/pkg/algo.py:sub": "only a GPU runs it"}}, passes=True,
+            expect="4 of 4 added statements executed or declared"),
+    Example(name="the locator names the added line the failing test runs",
+            files={"python/pkg/__init__.py": "",
+                   "python/pkg/algo.py": "def add(a, b):\n    return a + b\n\n\ndef first(xs):\n"
+                                         "    ys = list(xs)\n    return ys[-1]\n",
+                   "@set/tests/test_algo.py": _TEST_ADD + "\n\ndef test_first():\n    from pkg.algo import first\n"
+                                              "    assert first([7, 8]) == 7\n"},
+            passes=False, expect="likely cause of the failing set tests (Ochiai 1.00)"),
     Example(name="a set without tests is reported", files={"python/pkg/__init__.py": ""}, passes=False,
             expect="no tests folder"),
     Example(name="the shared tests run with the set's own, against its tree",

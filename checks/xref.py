@@ -447,7 +447,7 @@ def _example(name: str, user: str, expect: str | None = None) -> Example:
     return Example(name=name, files=files, passes=expect is None, expect=expect)
 
 
-EXAMPLES = (
+_FAMILY_EXAMPLES: tuple[Example, ...] = (
     _example("consistent family", _USER_SRC),
     _example("phantom import", _USER_SRC.replace("DDTreeInput, build_ddtree", "DDTreeInput, build_ddtree, DDTreeGone")
              .replace("tree = build", "DDTreeGone\n            tree = build"), "neither defines nor re-exports"),
@@ -462,6 +462,80 @@ EXAMPLES = (
                                                            "return [tree]"), "never instantiated"),
     _example("function never called", _USER_SRC.replace("build_ddtree(self.ddtree_budget, topk=2, depth_bonus=0.5)",
                                                         "self.ddtree_budget"), "never called"),
+)
+
+
+# Field classes (checks/_xref/fields.py): the base's record, the set's worker that reads and sets it.
+_ARGS = "python/pkg/server_args.py"
+_ARGS_SRC = '''\
+import dataclasses
+
+from pkg.spec_fields import Spec
+
+_NAMESPACES = [Spec]
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    page_size: int = 1
+    speculative_num_draft_tokens: int = 8
+
+    def override(self, source, **fields):
+        for name, value in fields.items():
+            setattr(self, name, value)
+'''
+_SPEC = "python/pkg/spec_fields.py"
+_SPEC_SRC = "class Spec:\n    speculative_ddtree_budget: int = 7\n"
+_WORKER = "python/pkg/tree_worker.py"
+_WORKER_SRC = '''\
+import dataclasses
+from copy import deepcopy
+
+from pkg.server_args import ServerArgs
+
+
+def resolve_widths(server_args: ServerArgs) -> dict:
+    budget = int(server_args.speculative_ddtree_budget)
+    if budget < 1:
+        return dict(budget=1, verify_width=2)
+    return dict(budget=budget, verify_width=budget + server_args.page_size)
+
+
+def draft_args(server_args: ServerArgs):
+    widths = resolve_widths(server_args)
+    view = deepcopy(server_args)
+    view.override("draft", speculative_num_draft_tokens=widths["budget"])
+    return dataclasses.replace(view, page_size=1), ServerArgs(page_size=widths["verify_width"])
+'''
+_FIELDS_CONFIG = {"fields": {"classes": ["pkg.server_args.ServerArgs"], "setters": ["override"],
+                             "namespaces": {"pkg.server_args.ServerArgs": "_NAMESPACES"}}}
+
+
+def _fields_example(name: str, worker: str, expect: str | None = None) -> Example:
+    files = {"@base/python/pkg/__init__.py": "", f"@base/{_ARGS}": _ARGS_SRC, f"@base/{_SPEC}": _SPEC_SRC,
+             _WORKER: worker}
+    return Example(name=name, files=files, passes=expect is None, expect=expect, config=_FIELDS_CONFIG)
+
+
+EXAMPLES: tuple[Example, ...] = (
+    *_FAMILY_EXAMPLES,
+    _fields_example("server args fields, setters and dict keys that exist", _WORKER_SRC),
+    _fields_example("a misspelt field read on server_args",
+                    _WORKER_SRC.replace("server_args.page_size)", "server_args.page_sise)"),
+                    "reads page_sise, which ServerArgs"),
+    _fields_example("a misspelt namespace field read on server_args",
+                    _WORKER_SRC.replace(".speculative_ddtree_budget)", ".speculative_ddtree_budgett)"),
+                    "reads speculative_ddtree_budgett"),
+    _fields_example("a misspelt keyword in a setter call",
+                    _WORKER_SRC.replace("speculative_num_draft_tokens=", "speculative_num_draft_token="),
+                    "sets speculative_num_draft_token, which is not a field of ServerArgs"),
+    _fields_example("a misspelt keyword in dataclasses.replace",
+                    _WORKER_SRC.replace("page_size=1)", "pagesize=1)"), "sets pagesize"),
+    _fields_example("a misspelt keyword in the record's constructor",
+                    _WORKER_SRC.replace("ServerArgs(page_size=", "ServerArgs(page_sizes="), "sets page_sizes"),
+    _fields_example("a key the building function never writes",
+                    _WORKER_SRC.replace('widths["budget"]', 'widths["budgets"]'),
+                    "returns a dict with keys budget, verify_width only"),
 )
 
 

@@ -15,6 +15,7 @@ of its package (``patchkit.render.<area>``).
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -291,9 +292,12 @@ def port_cmd(set_dir: Path | None, to_version: str | None, to_git: str | None, f
               help="Verify a target that is not exactly the set applied (hand edits, a partial series), saying so.")
 @click.option("--each-prefix", is_flag=True,
               help="Also check that every prefix of the series applies, compiles, imports and cross-references.")
+@click.option("--strict-coverage", is_flag=True,
+              help="An added Python line no set test runs and the manifest does not declare is an error, not a "
+              "warning (sets PATCHKIT_STRICT_COVERAGE=1; every set test runs).")
 @output_options
 def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], junit: Path | None,
-           allow_drift: bool, each_prefix: bool, output: Output) -> None:
+           allow_drift: bool, each_prefix: bool, strict_coverage: bool, output: Output) -> None:
     """Run the verification gates on a patched tree.
 
     First states whether the target is exactly the set applied; then runs every gate (or those named
@@ -304,9 +308,21 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], ju
     from patchkit.verify.run import verify as run_verify
 
     def core() -> CommandResult:
-        with VerifyView(output.progress) as view:
-            return run_verify(set_dir, target, gates, junit, registry=GATES, on_gate=view, allow_drift=allow_drift,
-                              extra=EACH_PREFIX if each_prefix else None, reusable=REUSABLE)
+        # an input of the tests gate and of its reuse key, for this command only (an in-process caller's
+        # environment is left as it was)
+        previous = os.environ.get("PATCHKIT_STRICT_COVERAGE")
+        if strict_coverage:
+            os.environ["PATCHKIT_STRICT_COVERAGE"] = "1"
+        try:
+            with VerifyView(output.progress) as view:
+                return run_verify(set_dir, target, gates, junit, registry=GATES, on_gate=view,
+                                  allow_drift=allow_drift, extra=EACH_PREFIX if each_prefix else None,
+                                  reusable=REUSABLE)
+        finally:
+            if previous is None:
+                os.environ.pop("PATCHKIT_STRICT_COVERAGE", None)
+            else:
+                os.environ["PATCHKIT_STRICT_COVERAGE"] = previous
 
     run_command("verify", output, core)
 

@@ -73,6 +73,8 @@ def code_index(source: str) -> CodeIndex:
 def _qualname(index: CodeIndex, line: int, name: str) -> str:
     """The function a code object belongs to: itself, or (a lambda, a comprehension) the innermost
     function around it; module-level code otherwise."""
+    if name == MODULE:
+        return MODULE  # a module's code starts at line 1, inside a function defined there
     found = index.functions.get((line, name))
     if found is not None:
         return found
@@ -132,6 +134,21 @@ class Snapshot:
         return cls({"files": files, "hashes": hashes, "modules": modules, "tests": tests,
                     "global": buckets.get("<global>", []), "returncode": outcome.get("returncode")})
 
+    def changed_spans(self, root: Path) -> dict[str, list[list[int]]]:
+        """Per changed file, the (first, last) lines of each function whose code changed since the
+        recorded run (the spectrum-based locator ranks the added lines inside them first)."""
+        out: dict[str, list[list[int]]] = {}
+        for rel, digest in self.data["files"].items():
+            if file_digest(root / rel) == digest:
+                continue
+            try:
+                index = code_index((root / rel).read_text(encoding="utf-8", errors="replace"))
+            except (OSError, SyntaxError, ValueError):
+                continue
+            recorded = self.data["hashes"].get(rel, {})
+            out[rel] = [[a, b] for a, b, qual in index.spans if index.hashes.get(qual) != recorded.get(qual)]
+        return out
+
     def affected(self, root: Path) -> list[str] | None:
         """Tests that ran code which changed since; None when every test must run again."""
         changed = [rel for rel, digest in self.data["files"].items() if file_digest(root / rel) != digest]
@@ -169,8 +186,10 @@ class Snapshot:
         for test in tests.values():
             counts[test["outcome"]] = counts.get(test["outcome"], 0) + 1
         code = 1 if counts["failed"] else 0
+        # the lines the rerun tests ran (the locator ranks with them; coverage needs every test's)
         return {"returncode": code, "failures": failures, "counts": counts, "tests": tests,
-                "reused": len(tests) - len(fresh.get("tests", {})), "rerun": len(fresh.get("tests", {}))}
+                "reused": len(tests) - len(fresh.get("tests", {})), "rerun": len(fresh.get("tests", {})),
+                "lines": fresh.get("lines", {})}
 
 
 class SnapshotStore:

@@ -7,6 +7,11 @@ Writes every failure (with its traceback locations), the counts, each test's own
 code it ran has changed. Code is recorded per *bucket*: a test (setup, call, teardown), a fixture wider
 than a function (set up once and shared by the tests that request it), or ``<global>`` (collection,
 imports). A test that starts a subprocess is marked ``opaque``: its children's code is not seen.
+
+With ``PATCHKIT_COVER_FILES`` (absolute paths, ``os.pathsep``-separated: the files the series touches),
+the lines of those files that run are recorded per bucket too: the tests gate's added-line coverage
+and its spectrum-based locator read them. Only frames of those files get a line tracer, so the rest
+of the tree and the libraries run at the cost of the call tracer alone.
 """
 
 from __future__ import annotations
@@ -68,15 +73,25 @@ class Tracker:
         self.known: dict[Any, bool] = {}
         self.opaque: set[str] = set()
         self.fixtures: dict[str, list[str]] = {}
+        self.cover = frozenset(filter(None, os.environ.get("PATCHKIT_COVER_FILES", "").split(os.pathsep)))
+        self.lines: dict[str, dict[str, set[int]]] = {}
 
-    def trace(self, frame: Any, event: str, arg: Any) -> None:
+    def trace(self, frame: Any, event: str, arg: Any) -> Any:
         code = frame.f_code
         inside = self.known.get(code)
         if inside is None:
             inside = self.known[code] = code.co_filename.startswith(tree_root)
         if inside:
             self.codes.setdefault(self.bucket, set()).add(code)
+            if code.co_filename in self.cover:
+                self.lines.setdefault(self.bucket, {}).setdefault(code.co_filename, set()).add(frame.f_lineno)
+                return self.trace_lines
         return None
+
+    def trace_lines(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.lines.setdefault(self.bucket, {}).setdefault(frame.f_code.co_filename, set()).add(frame.f_lineno)
+        return self.trace_lines
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: Any, nextitem: Any) -> Any:
@@ -101,6 +116,9 @@ class Tracker:
         return {"buckets": {b: sorted({(c.co_filename, c.co_firstlineno, c.co_name) for c in codes})
                             for b, codes in self.codes.items()},
                 "opaque": sorted(self.opaque), "fixtures": self.fixtures}
+
+    def dump_lines(self) -> dict[str, dict[str, list[int]]]:
+        return {b: {f: sorted(lines) for f, lines in files.items()} for b, files in self.lines.items()}
 
 
 def watch_subprocesses(tracker: Tracker) -> None:
@@ -135,5 +153,6 @@ if tracker is not None:
 result: dict[str, Any] = {"returncode": int(code), "failures": failures, "counts": counts, "tests": tests}
 if tracker is not None:
     result["deps"] = tracker.dump()
+    result["lines"] = tracker.dump_lines()
 with open(out_path, "w") as handle:
     json.dump(result, handle)

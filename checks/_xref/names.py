@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from patchkit.checks._xref.fields import FieldClasses, FieldRules
 from patchkit.checks._xref.model import Members, Model, Ref
 
 PROPERTY_DECORATORS = frozenset({"property", "cached_property", "functools.cached_property"})
@@ -203,6 +204,8 @@ class AddedCodeRules:
             for cls, targets in config.get("dynamic", {}).items()
         }
         self.family = family  # family names keep their own (tree-wide) rule
+        self.fields = FieldClasses(model, dict(config.get("fields", {})))
+        self.field_rules = FieldRules(self.fields, self.types)
 
     # -- members --------------------------------------------------------------------------------
     def _members(self, ref: Ref) -> Members:
@@ -229,6 +232,8 @@ class AddedCodeRules:
 
     def defines(self, ref: Ref, attr: str) -> bool | None:
         """Whether instances of ``ref`` have ``attr``; None when that cannot be known."""
+        if self.fields.is_field_class(ref):
+            return self.fields.defines(ref, attr)  # closed: a caller-named setattr does not open it
         members = self._members(ref)
         if attr in members.names:
             return True
@@ -259,6 +264,8 @@ class AddedCodeRules:
             if problem is not None:
                 yield problem
         yield from self._methods_used_as_values(facts, added)
+        for found in self.field_rules.check(facts, added):
+            yield NameProblem(found.file, found.line, found.message, found.hint)
 
     def _self_read(self, facts: dict[str, Any], cls: str, attr: str, line: int) -> NameProblem | None:
         ref = Ref("class", facts["module"], cls)

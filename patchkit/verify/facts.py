@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from patchkit.manifest import Manifest
 
-FACTS_SCHEMA = 11  # bump when the facts layout or extraction logic changes
+FACTS_SCHEMA = 12  # bump when the facts layout or extraction logic changes
 
 # Spec-algorithm helpers whose call is a dispatch site (map §2).
 DEFAULT_HELPERS = (
@@ -343,6 +343,25 @@ def _type_hint(value: ast.AST, params: dict[str, str], local_hints: dict[str, st
     return f"same:{source}"
 
 
+def _literal_keys(node: ast.AST | None) -> list[str] | None:
+    """The keys of ``dict(a=..., b=...)`` or ``{"a": ..., "b": ...}``; None for any other value."""
+    if isinstance(node, ast.Call) and dotted(node.func) == "dict" and not node.args:
+        names = [k.arg for k in node.keywords]
+        return None if None in names else [n for n in names if n is not None]
+    if isinstance(node, ast.Dict):
+        keys = [_string_value(k) if k is not None else None for k in node.keys]
+        return None if None in keys else [k for k in keys if k is not None]
+    return None
+
+
+def _receiver_call_text(func: ast.AST) -> str | None:
+    """``get_spec().override`` for a method called on the result of a call (no dotted name)."""
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and not func.value.args:
+        inner = dotted(func.value.func)
+        return f"{inner}().{func.attr}" if inner else None
+    return None
+
+
 def _isinstance_classes(node: ast.AST) -> list[str]:
     """The classes ``isinstance``'s second argument may name: a class, a tuple of them, either side
     of ``A if cond else B``; ``"?"`` for anything else (a variable, a call), whose class is unknown."""
@@ -411,6 +430,9 @@ class FactCollector:
             "uses": [],  # [base, attr, line, scope, ctx] for every attribute on a dotted base
             "dispatch": [],
             "predicates": {},  # helper definitions: qual -> {name, class, expr, line}
+            "kwcalls": [],  # every call with keyword names: {callee, first, kw: {name: line}, line, scope}
+            "subscripts": [],  # [base, literal key, line, scope] for every `a.b["key"]`
+            "name_lists": {},  # module-level `NAME = [A, b.C, ...]`: name -> dotted elements
         }
         self._roots: set[int] = set()  # expression roots where a dispatch site is anchored
         self._root_stack: list[ast.AST] = []
@@ -544,6 +566,7 @@ class FactCollector:
             "value_names": [],  # local names used as numbers or sequences (operands, range(), ...)
             "loop_strings": {},  # loop variables over a literal tuple of strings
             "narrowed": {},  # expression -> [[line, [class, ...]], ...] from isinstance(expression, classes)
+            "dict_returns": [],  # per return: its literal keys (`dict(a=...)`, `{"a": ...}`), or None for others
         }
         self.facts["functions"].setdefault(qual, entry)
         in_enum = any(s.kind == "class" and s.name == self.settings.enum_name for s in self.scopes)
@@ -604,8 +627,17 @@ class FactCollector:
         self._mark_root(node.value)
         for target in node.targets:
             self._record_target(target, node.value)
+            self._name_list(target, node.value)
             if self._in_module_scope() and isinstance(target, ast.Name) and target.id == "__all__":
                 self.facts["all"] = [s for el in getattr(node.value, "elts", []) if (s := _string_value(el))]
+
+    def _name_list(self, target: ast.AST, value: ast.AST) -> None:
+        """``NAMESPACES = [Model, Spec, ...]`` at module level (xref's field classes read it)."""
+        if not (self._in_module_scope() and isinstance(target, ast.Name) and isinstance(value, (ast.List, ast.Tuple))):
+            return
+        names = [dotted(el) for el in value.elts]
+        if names and all(names):
+            self.facts["name_lists"][target.id] = names
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
@@ -740,6 +772,7 @@ class FactCollector:
             self._mark_root(kw.value)
         self._dispatch_primitive_call(node)
         callee = dotted(node.func)
+        self._keyword_call(node, callee)
         if callee in ("setattr", "vars") and node.args and dotted(node.args[0]) == "self" and self.current_class:
             self._dynamic_self(node, callee)
         if callee == "isinstance" and len(node.args) == 2:
@@ -757,6 +790,17 @@ class FactCollector:
             "scope": self.qualname,
             "cls": self.current_class,
         })
+
+    def _keyword_call(self, node: ast.Call, callee: str | None) -> None:
+        """Every call that names keywords (xref checks those that set fields of a known class)."""
+        keywords = {k.arg: k.lineno for k in node.keywords if k.arg is not None}
+        text = callee or _receiver_call_text(node.func)
+        if not keywords or text is None:
+            return
+        first = node.args[0] if node.args and not isinstance(node.args[0], ast.Starred) else None
+        self.facts["kwcalls"].append({"callee": text, "first": dotted(first) if first is not None else None,
+                                      "kw": keywords, "line": node.lineno, "scope": self.qualname,
+                                      "cls": self.current_class})
 
     def _narrowing(self, node: ast.Call) -> None:
         """``isinstance(x, T)`` anywhere in a function: from that line on, ``x`` may be a ``T`` (the
@@ -800,6 +844,14 @@ class FactCollector:
 
     def visit_Return(self, node: ast.Return) -> None:
         self._mark_root(node.value)
+        function = self._function()
+        if function is not None:
+            function["dict_returns"].append(_literal_keys(node.value))
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        key, base = _string_value(node.slice), dotted(node.value)
+        if key is not None and base is not None:
+            self.facts["subscripts"].append([base, key, node.lineno, self.qualname])
 
     def visit_Expr(self, node: ast.Expr) -> None:
         self._mark_root(node.value)
@@ -997,6 +1049,7 @@ FactCollector._HANDLERS = {
     ast.Assert: FactCollector.visit_Assert,
     ast.comprehension: FactCollector.visit_comprehension,
     ast.Return: FactCollector.visit_Return,
+    ast.Subscript: FactCollector.visit_Subscript,
     ast.Expr: FactCollector.visit_Expr,
     ast.Lambda: FactCollector.visit_Lambda,
     ast.Tuple: FactCollector.visit_collection,

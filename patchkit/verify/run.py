@@ -160,6 +160,15 @@ def build_context(set_dir: Path | None, target: Path | None,
                          env_dir=paths.envs_dir().resolve(), progress=progress or (lambda text: None))
 
 
+def check_gate_configs(ctx: VerifyContext, registry: Mapping[str, Gate], wanted: Sequence[str]) -> None:
+    """A selected gate's optional ``check_config(ctx)``: its configuration is refused as bad input
+    (exit 2, naming the manifest's line) before any gate runs, not reported as one gate's finding."""
+    for name in select_gates(registry, wanted):
+        check = getattr(registry[name], "check_config", None)
+        if check is not None:
+            check(ctx)
+
+
 # ---------------------------------------------------------------- the command
 
 
@@ -179,6 +188,7 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
     on_gate = on_gate or _Silent()
     ctx = build_context(set_dir, target, on_gate.note)
     target_check = check_target(ctx, allow_drift=allow_drift)
+    check_gate_configs(ctx, registry, gates)
     tree = tree_identity(ctx.root) if target_check.exact and reusable else None
     runs = run_gates(ctx, registry, gates, on_gate, extra, reuse_for(ctx, reusable, tree))
     ok = all(run.status == "pass" for run in runs)

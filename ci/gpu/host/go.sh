@@ -256,13 +256,13 @@ step_autotree() {  # lossless (greedy, outputs against the baseline's), tree gai
 }
 step_samplingauto() {  # T=1: token and log-prob tests at every position, auto against the baseline
   models "$PK/mtree" --profile tree || { STEP_RC=1; return; }
-  bench samplingauto "$PK/mtree" 30145 --sampling --variants baseline,ddtree --budgets auto --samples 256 \
+  bench samplingauto "$PK/mtree" 30145 --sampling --variants baseline,ddtree --budgets auto --samples 128 \
     --concurrency 32 -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 32
 }
 step_samplingbroken() {  # the same with the set's test-only broken acceptance rule: the test must FAIL
   models "$PK/mtree" --profile tree || { STEP_RC=1; return; }
   SGLANG_DDTREE_TEST_BROKEN_ACCEPT=1 bench samplingbroken "$PK/mtree" 30146 --sampling --variants baseline,ddtree \
-    --budgets auto --samples 256 --concurrency 32 -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 32
+    --budgets auto --samples 128 --concurrency 32 -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 32
 }
 step_hotpath() {  # the DDTree kernels alone (no server), at the batch sizes of the bench
   local left=$(( DEADLINE - $(now) - 30 ))

@@ -334,3 +334,37 @@ def test_verify_records_accept_index_for_state_commit():
             verify_input.accept_index, commit_lens.to(torch.int64) - 1
         )
         assert int(last[b]) == path[-1]
+
+
+# ---------------------------------------------------------------- idle batches and refusals
+
+
+def _idle_batch():
+    return SimpleNamespace(forward_mode=SimpleNamespace(is_idle=lambda: True), device="cpu")
+
+
+def test_an_idle_batch_neither_allocates_nor_verifies():
+    tree = _random_tree(1, 3, 6, 4, 0)
+    verify_input = DDTreeVerifyInput.from_tree(tree=tree, root_tokens=torch.tensor([1]), seq_lens=torch.tensor([3]))
+    assert verify_input.get_spec_adjust_token_coefficient() == (5, 5)
+    batch = _idle_batch()
+    assert verify_input.prepare_for_verify(batch, page_size=1) is None and not hasattr(batch, "input_ids")
+    new_bonus, commit_lens, next_hidden, num_correct = verify_input.verify(
+        batch=batch, logits_output=None, page_size=1
+    )
+    assert new_bonus.numel() == commit_lens.numel() == next_hidden.numel() == 0 and num_correct == []
+    assert commit_lens.dtype == torch.int32
+
+
+def test_verify_refuses_sampling_info_of_another_batch_size():
+    rng = random.Random(1)
+    tree = _random_tree(2, 3, 6, 4, 1)
+    allocator = TokenToKVPoolAllocator(size=512, dtype=torch.int64, device="cpu", kvcache=None, need_sort=False)
+    batch = _make_batch(2, [3, 4], allocator, max_new_tokens=[10, 10])
+    verify_input = DDTreeVerifyInput.from_tree(tree=tree, root_tokens=torch.tensor([rng.randrange(6)] * 2),
+                                               seq_lens=batch.seq_lens)
+    verify_input.prepare_for_verify(batch, page_size=1)
+    batch.sampling_info = [object()] * 3  # three requests' sampling state for a batch of two
+    logits = SimpleNamespace(next_token_logits=torch.zeros(2 * 5, 6), hidden_states=torch.zeros(2 * 5, 4))
+    with pytest.raises(RuntimeError, match="sampling_info size mismatch"):
+        verify_input.verify(batch=batch, logits_output=logits, page_size=1)

@@ -29,14 +29,14 @@ def server_args(**fields) -> ServerArgs:
 
 
 @pytest.mark.parametrize(("fields", "vocab", "expected"), [
-    ({}, VOCAB, dict(budget=8, verify_width=9, block_size=4, topk=8, server_topk=1)),
+    ({}, VOCAB, dict(budget=8, verify_width=9, block_size=4, topk=8, server_topk=1, auto_widths=(9,))),
     # K = min(B, V): a vocabulary smaller than the budget bounds it
-    ({}, 5, dict(budget=8, verify_width=9, block_size=4, topk=5, server_topk=1)),
+    ({}, 5, dict(budget=8, verify_width=9, block_size=4, topk=5, server_topk=1, auto_widths=(9,))),
     # a cap trades exactness for speed; the server's own eagle topk is carried through
     ({"speculative_ddtree_topk_cap": 3, "speculative_eagle_topk": 2}, VOCAB,
-     dict(budget=8, verify_width=9, block_size=4, topk=3, server_topk=2)),
+     dict(budget=8, verify_width=9, block_size=4, topk=3, server_topk=2, auto_widths=(9,))),
     ({"speculative_ddtree_budget": 3, "speculative_num_draft_tokens": 4}, VOCAB,
-     dict(budget=3, verify_width=4, block_size=4, topk=3, server_topk=1)),
+     dict(budget=3, verify_width=4, block_size=4, topk=3, server_topk=1, auto_widths=(4,))),
 ])
 def test_the_widths_of_a_consistent_configuration(fields, vocab, expected):
     assert worker_mod.resolve_ddtree_widths(server_args(**fields), vocab) == expected

@@ -67,6 +67,21 @@ def ddtree_utils() -> ModuleType:
     return module
 
 
+def speculative_module(name: str) -> ModuleType:
+    """``sglang.srt.speculative.<name>`` of the patched tree, loaded by path like ``ddtree_utils`` (the
+    modules loaded so need torch at most). A set whose tree has no such module (an older series) skips
+    the test module that asks: a capability, not a set name."""
+    path = _patched_tree_root() / MODULE_PATH.parent / f"{name}.py"
+    if not path.is_file():
+        pytest.skip(f"this tree has no {path.name}", allow_module_level=True)
+    qualified = f"{name}_under_test"
+    spec = importlib.util.spec_from_file_location(qualified, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[qualified] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
 CUDA_SKIP = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA is not available on this machine"
 )

@@ -1,13 +1,15 @@
 """The per-round budget policy of ``--speculative-ddtree-budget auto`` (``ddtree_budget.py``), on
-its own: the widths, the acceptance models, the cost table, the choice, and the flag's parsing."""
+its own: the widths, the acceptance models, the cost table, the choice, and the flag's parsing. Every
+set whose tree carries the module runs it (v2 and v3 carry the same file; v1 has none and skips)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+from core_fixtures import speculative_module
 
-budget_mod = pytest.importorskip("sglang.srt.speculative.ddtree_budget")
+budget_mod = speculative_module("ddtree_budget")
 
 PAPER = {16: 8.61, 32: 9.27, 64: 9.75, 128: 10.20}
 

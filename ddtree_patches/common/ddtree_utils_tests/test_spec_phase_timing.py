@@ -1,5 +1,6 @@
 """The per-phase round timer of the DFlash-family workers (``spec_phase_timing.py``), on CPU, where its
-marks are host times: what it writes, when, and that it is off unless asked for."""
+marks are host times: what it writes, when, and that it is off unless asked for. Every set whose tree
+carries the module runs it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import json
 import time
 
 import pytest
+from core_fixtures import speculative_module
 
-timing = pytest.importorskip("sglang.srt.speculative.spec_phase_timing")
+timing = speculative_module("spec_phase_timing")
 
 
 def _round(timer, bs, **fields):

@@ -72,6 +72,8 @@ def test_smoke_step_runs_patchkit_smoke_and_reads_its_verdict(tmp_path, ddtree_u
     (set_dir / "manifest.toml").write_text(MANIFEST)
     (set_dir / "smoke" / "prompts.jsonl").write_text("\n".join(json.dumps(p) for p in PROMPTS) + "\n")
     shutil.copytree(SET_DIR / "tests", set_dir / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    # the TP shard worlds are a shared core test, beside the sets (ddtree_patches/common)
+    shutil.copytree(SET_DIR.parent / "common", tmp_path / "common", ignore=shutil.ignore_patterns("__pycache__"))
     target = make_target(tmp_path / "target", f"Patchkit-Set: {SET_ID}")
     out = tmp_path / "out"
     done = run_tp(tmp_path, "2", "--device", "cpu", "--smoke-gpus", "0", "--set", str(set_dir),

@@ -51,6 +51,9 @@ def test_v1_ports_to_sglang_0_5_13_with_a_report_and_a_verified_result(sglang_ho
     env = {"PATCHKIT_HOME": str(sglang_home)}
     src = tmp_path / "sets" / "v1"
     shutil.copytree(REAL_SET, src, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    # the shared core tests sit beside the sets, as in ddtree_patches/ (a set names ../common/...)
+    shutil.copytree(REAL_SET.parent / "common", tmp_path / "sets" / "common",
+                    ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
     out = tmp_path / "sets" / "v1-on-0.5.13"
 
     result = port("--set", str(src), "--to", "0.5.13", "--out", str(out), env=env)

@@ -406,33 +406,35 @@ def smoke(set_dir: Path | None, target: Path | None, gpus: int, model: Path, dra
 # ---------------------------------------------------------------- GPU bench
 
 
-def _budget_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int | str, ...] | None:
+def _positive_int(part: str, whole: str) -> int:
+    try:
+        number = int(part)
+    except ValueError:
+        raise click.BadParameter(f"{whole!r} is not a comma-separated list of integers") from None
+    if number < 1:
+        raise click.BadParameter(f"{whole!r}: every value must be a positive integer")
+    return number
+
+
+def _parts(value: str) -> list[str]:
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    if not parts:
+        raise click.BadParameter(f"{value!r} names no value")
+    return parts
+
+
+def _budget_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int | str, ...] | None:
     """``15,63,auto`` -> (15, 63, "auto"): numbers of nodes, or auto (the server picks per round)."""
     if value is None:
         return None
-    parts = [part.strip() for part in value.split(",") if part.strip()]
-    numbers = _int_list(ctx, param, ",".join(p for p in parts if p.lower() != "auto")) if any(
-        p.lower() != "auto" for p in parts) else ()
-    if not parts:
-        raise click.BadParameter(f"{value!r}: give budgets (numbers of nodes) or auto")
-    ordered: list[int | str] = []
-    numeric = iter(numbers or ())
-    for part in parts:
-        ordered.append("auto" if part.lower() == "auto" else next(numeric))
-    return tuple(ordered)
+    return tuple("auto" if part.lower() == "auto" else _positive_int(part, value) for part in _parts(value))
 
 
 def _int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     """``16,64,256`` -> (16, 64, 256); a usage error names the option."""
     if value is None:
         return None
-    try:
-        numbers = tuple(int(part) for part in value.split(",") if part.strip())
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
-    if not numbers or any(n < 1 for n in numbers):
-        raise click.BadParameter(f"{value!r}: every value must be a positive integer")
-    return numbers
+    return tuple(_positive_int(part, value) for part in _parts(value))
 
 
 @cli.command(epilog=epilog(_1="an output mismatch, a server failure, a process left, a check below its threshold",

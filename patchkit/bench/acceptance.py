@@ -46,7 +46,7 @@ class AcceptanceTable:
             return self.chain
         if budget is None or not self.tree:
             return None
-        return self.tree.get(budget, tree_accept(self.tree, budget))
+        return self.tree[budget] if budget in self.tree else tree_accept(self.tree, budget)
 
     def interpolated(self, budget: int) -> bool:
         return budget not in self.tree

@@ -121,12 +121,13 @@ def vs_dflash_words(ratio: Spread | None, reference: str | None, variant: str) -
     return f"{spread_words(ratio, '.2f')} (vs {reference})"
 
 
-def phase_cells(stats: PhaseStats) -> str:
+def phase_cells(stats: PhaseStats) -> tuple[str, ...]:
     g, h = stats.gpu_ms, stats.host_ms
     widths = " ".join(f"{w}:{n}" for w, n in stats.widths.items()) or "-"
-    return (f"{stats.rounds} | {stats.mean_bs:.1f} | {g['draft']:.2f} | {g['tree']:.2f} | {g['verify']:.2f} | "
-            f"{g['commit']:.2f} | {g['gap']:.2f} | {g['round']:.2f} | {h['round']:.2f} | "
-            f"{100 * stats.draft_graph_share:.0f}% | {100 * stats.verify_graph_share:.0f}% | {widths}")
+    return (str(stats.rounds), f"{stats.mean_bs:.1f}",
+            *(f"{g[column]:.2f}" for column in ("draft", "tree", "verify", "commit", "gap", "round")),
+            f"{h['round']:.2f}", f"{100 * stats.draft_graph_share:.0f}%", f"{100 * stats.verify_graph_share:.0f}%",
+            widths)
 
 
 def phases_markdown(result: BenchResult) -> list[str]:
@@ -140,7 +141,7 @@ def phases_markdown(result: BenchResult) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run, level in speed_rows(result):
         if level.phases is not None:
-            lines.append(f"| {run.label} | {level.concurrency} | {phase_cells(level.phases)} |")
+            lines.append(f"| {run.label} | {level.concurrency} | {' | '.join(phase_cells(level.phases))} |")
         elif run.kind != "baseline":
             lines.append(f"| {run.label} | {level.concurrency} | no rounds timed |" + " |" * 11)
     return [*lines, ""]

@@ -212,7 +212,8 @@ def bench_variant(variant: Variant, launch: Launch, prompts: tuple[Prompt, ...],
     collected: dict[int, LevelData] = {}
     phase_path = phases.phase_file(launch.logs, variant.name)
     env = {}
-    if (time_phases or variant.budget == AUTO) and variant.spec.uses_draft:
+    timed = (time_phases or variant.budget == AUTO) and variant.spec.uses_draft
+    if timed:
         phase_path.unlink(missing_ok=True)
         env[phases.PHASE_TIMING_ENV] = str(phase_path.resolve())
     if variant.budget == AUTO and table is not None and table.tree:
@@ -222,15 +223,15 @@ def bench_variant(variant: Variant, launch: Launch, prompts: tuple[Prompt, ...],
         for concurrency in levels:
             collected[concurrency] = _level(server, status, variant, prompts, concurrency, repeats, warmup,
                                             max_new_tokens, launch.request_timeout_s)
-        if env:
+        if timed:
             status.update(f"{variant.name}: writing the phase timings")
             _flush_phases(server, prompts, launch.request_timeout_s)
 
     served: Served = serve(variant.name, argv, launch, ui, work, extra_env=env)
     runs = tuple(_level_run(c, collected[c][0], collected[c][1]) for c in levels if c in collected)
-    if env:
-        timed = phases.per_level(phase_path, [collected[c][2] for c in levels if c in collected])
-        runs = tuple(replace(level, phases=timed.get(level.concurrency)) for level in runs)
+    if timed:
+        by_level = phases.per_level(phase_path, [collected[c][2] for c in levels if c in collected])
+        runs = tuple(replace(level, phases=by_level.get(level.concurrency)) for level in runs)
     return (VariantRun(name=variant.name, label=variant.label, kind=variant.spec.kind, budget=variant.budget,
                        argv=served.argv, log=served.log, ready_s=served.ready_s, teardown=served.teardown,
                        failure=served.failure, log_tail=served.log_tail, levels=runs), collected)

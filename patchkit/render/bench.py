@@ -49,7 +49,7 @@ def _phases(result: BenchResult) -> None:
                   title="where a round's time goes (device ms per round, CUDA events; host round = issuing it)")
     for run, level in report.speed_rows(result):
         if level.phases is not None:
-            shown.add_row(run.label, str(level.concurrency), *report.phase_cells(level.phases).split(" | "))
+            shown.add_row(run.label, str(level.concurrency), *report.phase_cells(level.phases))
     out().print(shown)
 
 

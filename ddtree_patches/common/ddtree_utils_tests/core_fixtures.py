@@ -59,10 +59,15 @@ def ddtree_utils() -> ModuleType:
     path = _patched_tree_root() / MODULE_PATH
     if not path.is_file():
         pytest.fail(f"{path} does not exist: is the set applied?", pytrace=False)
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    return _load(path, MODULE_NAME)
+
+
+def _load(path: Path, name: str) -> ModuleType:
+    """A module of the tree by its file, registered as ``name`` (dataclasses resolve string
+    annotations through sys.modules)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    # Dataclasses resolve string annotations through sys.modules.
-    sys.modules[MODULE_NAME] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -74,12 +79,7 @@ def speculative_module(name: str) -> ModuleType:
     path = _patched_tree_root() / MODULE_PATH.parent / f"{name}.py"
     if not path.is_file():
         pytest.skip(f"this tree has no {path.name}", allow_module_level=True)
-    qualified = f"{name}_under_test"
-    spec = importlib.util.spec_from_file_location(qualified, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[qualified] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return _load(path, f"{name}_under_test")
 
 
 CUDA_SKIP = pytest.mark.skipif(

@@ -468,6 +468,9 @@ def _int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -
 @click.option("--phases", is_flag=True,
               help="Time every speculative round by phase in the server (draft, tree, verify, commit, gap) "
                    "and report the means per level.")
+@click.option("--radix-cache", is_flag=True,
+              help="Keep SGLang's radix cache on (drop --disable-radix-cache from the profile's server arguments): "
+                   "prompts that share a prefix then share its KV.")
 @click.option("--sampling", is_flag=True, help="Instead of speed: the T=1 distribution test against the baseline.")
 @click.option("--samples", type=click.IntRange(min=1), default=256, show_default=True, help="--sampling: completions.")
 @click.option("--sample-tokens", type=click.IntRange(min=1), default=4, show_default=True,
@@ -489,7 +492,7 @@ def bench(set_dir: Path | None, target: Path | None, gpus: int, model: Path, dra
           variants: str | None, budgets: tuple[int | str, ...] | None, concurrency: tuple[int, ...] | None,
           repeats: int | None, warmup: int | None, prompts: Path | None, max_new_tokens: int | None,
           no_check_outputs: bool, expect_tree_gain: float | None, acceptance: Path | None, phases: bool,
-          sampling: bool,
+          radix_cache: bool, sampling: bool,
           samples: int, sample_tokens: int, seed: int, report: Path | None, plot: Path | None,
           timeout_s: float | None, python: str, logs: Path | None, output: Output, extra_args: tuple[str, ...]) -> None:
     """Baseline vs DFLASH vs DDTREE in the real server, one server at a time, at each concurrency level.
@@ -509,7 +512,7 @@ def bench(set_dir: Path | None, target: Path | None, gpus: int, model: Path, dra
             budgets=budgets, concurrency=concurrency, repeats=repeats, warmup=warmup,
             check_outputs=not no_check_outputs, expect_tree_gain=expect_tree_gain, acceptance=acceptance,
             report=report, plot=plot, sampling=sampling, samples=samples, sample_tokens=sample_tokens, seed=seed,
-            phases=phases,
+            phases=phases, radix_cache=radix_cache,
         )
         return run_bench(options, SmokeConsole(output.progress))
 

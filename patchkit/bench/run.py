@@ -84,6 +84,17 @@ class BenchOptions:
     sample_tokens: int = 4
     seed: int = 0
     phases: bool = False
+    radix_cache: bool = False
+
+
+RADIX_OFF = "--disable-radix-cache"
+
+
+def profile_server_args(profile: BenchProfile, radix_cache: bool) -> tuple[str, ...]:
+    """The profile's shared server arguments; with ``radix_cache``, without the flag that turns the cache off."""
+    if not radix_cache:
+        return profile.server_args
+    return tuple(arg for arg in profile.server_args if arg != RADIX_OFF)
 
 
 # ---------------------------------------------------------------- input checks (before anything starts)
@@ -370,7 +381,8 @@ def _prepare(opts: BenchOptions) -> Prepared:
     preflight = preflight_or_raise(gpus=opts.gpus, python=opts.python, port=opts.port, model=opts.model,
                                    draft_model=opts.draft_model, target=opts.target, manifest=profile.manifest)
     launch = Launch(python=opts.python, model=opts.model, draft_model=opts.draft_model, target=opts.target,
-                    port=opts.port, gpus=opts.gpus, server_args=profile.server_args, extra_args=opts.extra_args,
+                    port=opts.port, gpus=opts.gpus, server_args=profile_server_args(profile, opts.radix_cache),
+                    extra_args=opts.extra_args,
                     draft_model_flag=profile.smoke.draft_model_flag,
                     startup_timeout_s=opts.timeout_s or profile.smoke.startup_timeout_s,
                     request_timeout_s=profile.smoke.request_timeout_s,

@@ -48,7 +48,7 @@ TREE=$PATCHKIT_HOME/trees/sglang-0.5.17
 MARK=$PK/.setup-done
 TARGET=${GO_TARGET:-$TREE}
 ACCEPT=$SRC/benchmarks/acceptance/ddtree-paper-qwen3-8b-math500.toml
-STEPS_KNOWN="shape1 shape2 shape3 shape4 toy16 lossless sampling tree phases8b phasestoy hotpath auto8b autotree samplingauto samplingbroken"
+STEPS_KNOWN="shape1 shape2 shape3 shape4 toy16 lossless sampling tree phases8b phasestoy hotpath auto8b autotree samplingauto samplingbroken paritytoy parity17 parity8b auto17 autotoy backends8b losslessauto radix"
 TM=(--skip-tokenizer-init --sampling-backend pytorch --grammar-backend none)   # the H200 smoke's flags
 
 now() { date +%s; }
@@ -174,11 +174,17 @@ bench() {  # bench TAG MODEL_DIR PORT [bench options] -- [server args]
   fi
   local argv=(bench --set "$SET" --target "$TARGET" --gpus "$GPUS" --model "$m/target" --draft-model "$m/draft"
               --port "$port" --logs "$W/$tag-logs" --report "$W/$tag.md" --json "$@")
+  local pypath=$SITE
+  if [ "${GO_DIAG:-0}" = 1 ]; then   # host-side round diagnostics in the servers (diag/sitecustomize.py)
+    mkdir -p "$W/diag-$tag"; pypath="$HERE/diag:$SITE"; export PK_DIAG_DIR="$W/diag-$tag"
+  fi
   say "bench $tag (limit ${left} s): patchkit ${argv[*]}"
   t=$(now)
-  (cd "$SRC" && PYTHONPATH="$SITE" timeout -s TERM -k 30 "$left" "$PY" -m patchkit "${argv[@]}") \
+  (cd "$SRC" && PYTHONPATH="$pypath" timeout -s TERM -k 30 "$left" "$PY" -m patchkit "${argv[@]}") \
     > "$W/$tag.json" 2> "$W/$tag.err"
   rc=$?
+  unset PK_DIAG_DIR
+  [ ! -d "$W/diag-$tag" ] || "$PY" "$HERE/diag/rounds.py" "$W/diag-$tag"
   say "bench $tag: rc=$rc after $(( $(now) - t )) s"
   if [ $rc -ne 0 ]; then
     [ $rc -ne 124 ] || echo "  $tag: stopped by SIGTERM at its limit (GO_BUDGET_S=$BUDGET_S)"
@@ -264,6 +270,74 @@ step_samplingbroken() {  # the same with the set's test-only broken acceptance r
   SGLANG_DDTREE_TEST_BROKEN_ACCEPT=1 bench samplingbroken "$PK/mtree" 30146 --sampling --variants baseline,ddtree \
     --budgets auto --samples 128 --concurrency 32 -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 32
 }
+prompt_file() {  # prompt_file FILE COUNT LENGTH [SHARED]: token-id prompts (ids < 256); the first SHARED ids common
+  "$PY" - "$@" <<'EOF'
+import json, random, sys
+path, count, length = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+shared = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+rng = random.Random(0)
+prefix = [rng.randrange(1, 256) for _ in range(shared)]
+with open(path, "w") as out:
+    for i in range(count):
+        ids = prefix + [rng.randrange(1, 256) for _ in range(length - shared)]
+        out.write(json.dumps({"id": f"ids-{i:02d}-len{length}-shared{shared}", "input_ids": ids}) + "\n")
+EOF
+}
+
+# Same-width parity: DDTREE at DFLASH's verify width (B = L - 1 = 15, 16 tokens) beside DFLASH, by phase.
+step_paritytoy() {  # the tiny test models, where host costs show; batch sizes where the commit spiked
+  models "$PK/mt" || { STEP_RC=1; return; }
+  GO_DIAG=1 bench paritytoy "$PK/mt" 30151 --variants dflash,ddtree --budgets 15 --concurrency 1,3,4,5,8,15,16 \
+    --repeats 1 --phases --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 16
+}
+step_parity17() {  # the Qwen3-1.7B shape
+  models "$PK/m17" --shape qwen3-1.7b || { STEP_RC=1; return; }
+  GO_DIAG=1 bench parity17 "$PK/m17" 30152 --variants dflash,ddtree --budgets 15 --concurrency 1,8,16,32 --repeats 1 \
+    --phases --acceptance "$ACCEPT" --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.8 --max-running-requests 32
+}
+step_parity8b() {  # the Qwen3-8B shape
+  models "$PK/m8" --shape qwen3-8b || { STEP_RC=1; return; }
+  bench parity8b "$PK/m8" 30153 --variants dflash,ddtree --budgets 15 --concurrency 1,8,16,32 --repeats 1 --phases \
+    --acceptance "$ACCEPT" --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.8 --max-running-requests 32
+}
+step_auto17() {  # DDTREE auto against DFLASH at the Qwen3-1.7B shape, 1..32 requests
+  models "$PK/m17" --shape qwen3-1.7b || { STEP_RC=1; return; }
+  bench auto17 "$PK/m17" 30154 --variants dflash,ddtree --budgets auto --concurrency 1,2,4,8,16,32 --repeats 1 \
+    --phases --acceptance "$ACCEPT" --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.8 --max-running-requests 32
+}
+step_autotoy() {  # auto on the default test models, where a tree accepts no more than the chain: it must cost nothing
+  models "$PK/mt" || { STEP_RC=1; return; }
+  bench autotoy "$PK/mt" 30155 --variants dflash,ddtree --budgets auto --concurrency 1,2,4,8,16,32 --repeats 1 \
+    --phases --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 32
+}
+step_backends8b() {  # the DFLASH a user runs (fa3 is Hopper's default; flashinfer; triton) and DDTREE auto (triton),
+                     # short prompts and 4,096-token prompts, one server at a time
+  models "$PK/m8" --shape qwen3-8b || { STEP_RC=1; return; }
+  prompt_file "$W/long.jsonl" 8 4096
+  local b p popt
+  for p in short long; do
+    popt=(); [ $p = long ] && popt=(--prompts "$W/long.jsonl")
+    for b in fa3 flashinfer triton; do
+      bench "dflash-$b-$p" "$PK/m8" 30156 --variants dflash --concurrency 1,8,32 --repeats 1 --phases "${popt[@]}" \
+        --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.8 --max-running-requests 32 --attention-backend "$b"
+    done
+    bench "ddtree-auto-$p" "$PK/m8" 30157 --variants ddtree --budgets auto --concurrency 1,8,32 --repeats 1 --phases \
+      "${popt[@]}" --acceptance "$ACCEPT" --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.8 \
+      --max-running-requests 32
+  done
+}
+step_losslessauto() {  # greedy: DDTREE auto's outputs equal the baseline's (default test models), 1/8/16 requests
+  models "$PK/mt" || { STEP_RC=1; return; }
+  bench losslessauto "$PK/mt" 30158 --variants baseline,dflash,ddtree --budgets auto --concurrency 1,8,16 --repeats 1 \
+    -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 16
+}
+step_radix() {  # SGLang's radix cache on, prompts sharing a 192-token prefix: the commit's KV move beside shared KV
+  models "$PK/mt" || { STEP_RC=1; return; }
+  prompt_file "$W/shared.jsonl" 16 256 192
+  bench radix "$PK/mt" 30159 --variants baseline,ddtree --budgets auto --concurrency 1,8,16 --repeats 2 --radix-cache \
+    --prompts "$W/shared.jsonl" -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 16
+}
+
 step_hotpath() {  # the DDTree kernels alone (no server), at the batch sizes of the bench
   local left=$(( DEADLINE - $(now) - 30 ))
   (cd "$SRC" && timeout -s TERM -k 10 "$left" "$PY" benchmarks/ddtree_hot_path.py --tree "$TREE" --batches 1 8 16 32 \

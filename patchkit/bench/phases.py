@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+import math
 from statistics import mean
 from typing import Any
 
@@ -44,6 +45,8 @@ class PhaseStats:
     widths: dict[int, int]  # verify width -> rounds
     budgets: dict[int, int]  # tree budget -> rounds (DDTREE only)
     dropped_lines: int = 0  # lines that were not a round record
+    round_p50_ms: float = 0.0  # device round, median over the rounds
+    round_p99_ms: float = 0.0  # device round, 99th percentile (nearest rank)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +108,16 @@ def summarize(records: Sequence[dict[str, Any]], dropped: int = 0) -> PhaseStats
         widths=_counts(r.get("width") for r in records),
         budgets=_counts(r.get("budget") for r in records),
         dropped_lines=dropped,
+        round_p50_ms=quantile([float(r["gpu"].get("round", 0.0)) for r in records], 0.50),
+        round_p99_ms=quantile([float(r["gpu"].get("round", 0.0)) for r in records], 0.99),
     )
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``values`` (the smallest value with at least ``q`` of them at or below)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
 
 
 def _counts(values: Iterable[object]) -> dict[int, int]:

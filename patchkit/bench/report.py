@@ -126,7 +126,7 @@ def phase_cells(stats: PhaseStats) -> tuple[str, ...]:
     widths = " ".join(f"{w}:{n}" for w, n in stats.widths.items()) or "-"
     return (str(stats.rounds), f"{stats.mean_bs:.1f}",
             *(f"{g[column]:.2f}" for column in ("draft", "tree", "verify", "commit", "gap", "round")),
-            f"{h['round']:.2f}", f"{100 * stats.draft_graph_share:.0f}%", f"{100 * stats.verify_graph_share:.0f}%",
+            f"{stats.round_p50_ms:.2f}", f"{stats.round_p99_ms:.2f}", f"{h['round']:.2f}", f"{100 * stats.draft_graph_share:.0f}%", f"{100 * stats.verify_graph_share:.0f}%",
             widths)
 
 
@@ -135,15 +135,16 @@ def phases_markdown(result: BenchResult) -> list[str]:
              "Device milliseconds per round from CUDA events on the forward stream, mean over the rounds that "
              "started in the level's measured repeats; gap = from the previous round's end to this round's start "
              "(scheduler and everything else between rounds); host round = the host's time issuing the round. "
-             "Graph columns: share of rounds whose draft / verify replayed a CUDA graph.", "",
-             "| variant | concurrency | rounds | mean bs | draft | tree | verify | commit | gap | round | host round "
-             "| draft graph | verify graph | verify widths (width:rounds) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "Graph columns: share of rounds whose draft / verify replayed a CUDA graph; round p50 / p99: the "
+             "device round's median and 99th percentile.", "",
+             "| variant | concurrency | rounds | mean bs | draft | tree | verify | commit | gap | round "
+             "| round p50 | round p99 | host round | draft graph | verify graph | verify widths (width:rounds) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run, level in speed_rows(result):
         if level.phases is not None:
             lines.append(f"| {run.label} | {level.concurrency} | {' | '.join(phase_cells(level.phases))} |")
         elif run.kind != "baseline":
-            lines.append(f"| {run.label} | {level.concurrency} | no rounds timed |" + " |" * 11)
+            lines.append(f"| {run.label} | {level.concurrency} | no rounds timed |" + " |" * 13)
     return [*lines, ""]
 
 

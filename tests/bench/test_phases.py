@@ -145,3 +145,24 @@ def test_an_auto_tree_is_timed_fed_the_table_and_projected_from_its_choices(benc
 def test_a_budget_that_is_neither_a_number_nor_auto_is_a_usage_error(bench_env):
     out = bench_env.run("--budgets", "16,sixty", as_json=False)
     assert out.code == 2 and "--budgets" in out.stderr and "sixty" in out.stderr
+
+
+def test_the_round_median_and_99th_percentile_are_reported_beside_the_mean():
+    rounds = [{**_record(float(t)), "gpu": {"round": ms}} for t, ms in enumerate([2.0] * 98 + [3.0, 40.0])]
+    stats = phases.summarize(rounds)
+    assert stats is not None
+    assert stats.round_p50_ms == 2.0 and stats.round_p99_ms == 3.0  # one stall in 100 rounds is past the p99
+    assert stats.gpu_ms["round"] == pytest.approx((98 * 2.0 + 3.0 + 40.0) / 100)
+    stalled = phases.summarize([*rounds[:90], *({**r, "gpu": {"round": 40.0}} for r in rounds[90:])])
+    assert stalled is not None and stalled.round_p99_ms == 40.0
+
+
+def test_radix_cache_keeps_every_profile_argument_but_the_one_that_turns_it_off(bench_env):
+    from patchkit.bench.run import RADIX_OFF, profile_server_args
+    from patchkit.bench.profile import load_bench_profile
+
+    profile = load_bench_profile(REPO_ROOT / "ddtree_patches" / "v2")
+    assert RADIX_OFF in profile.server_args
+    assert profile_server_args(profile, radix_cache=False) == profile.server_args
+    kept = profile_server_args(profile, radix_cache=True)
+    assert RADIX_OFF not in kept and kept == tuple(a for a in profile.server_args if a != RADIX_OFF)

@@ -285,20 +285,23 @@ EOF
 }
 
 # Same-width parity: DDTREE at DFLASH's verify width (B = L - 1 = 15, 16 tokens) beside DFLASH, by phase.
-step_paritytoy() {  # the tiny test models, where host costs show; batch sizes where the commit spiked
+step_paritytoy() {  # the tiny test models, where host costs show; batch sizes where the commit spiked. Greedy
+                    # outputs checked against the baseline's (lossless at B = 15 and auto)
   models "$PK/mt" || { STEP_RC=1; return; }
-  GO_DIAG=1 bench paritytoy "$PK/mt" 30151 --variants dflash,ddtree --budgets 15 --concurrency 1,3,4,5,8,15,16 \
-    --repeats 1 --phases --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 16
+  GO_DIAG=1 PK_DIAG_PROFILE=0 bench paritytoy "$PK/mt" 30151 --variants baseline,dflash,ddtree --budgets 15,auto \
+    --concurrency 1,3,4,5,8,15,16 --repeats 1 --phases -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 16
 }
-step_parity17() {  # the Qwen3-1.7B shape
+step_parity17() {  # the Qwen3-1.7B shape: DFLASH, DDTREE at its width, DDTREE auto
   models "$PK/m17" --shape qwen3-1.7b || { STEP_RC=1; return; }
-  GO_DIAG=1 bench parity17 "$PK/m17" 30152 --variants dflash,ddtree --budgets 15 --concurrency 1,8,16,32 --repeats 1 \
-    --phases --acceptance "$ACCEPT" --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.8 --max-running-requests 32
+  GO_DIAG=1 PK_DIAG_PROFILE=0 bench parity17 "$PK/m17" 30152 --variants dflash,ddtree --budgets 15,auto \
+    --concurrency 1,8,16,32 --repeats 1 --phases --acceptance "$ACCEPT" --no-check-outputs -- "${TM[@]}" \
+    --mem-fraction-static 0.8 --max-running-requests 32
 }
-step_parity8b() {  # the Qwen3-8B shape
+step_parity8b() {  # the Qwen3-8B shape: DFLASH, DDTREE at its width, DDTREE auto
   models "$PK/m8" --shape qwen3-8b || { STEP_RC=1; return; }
-  bench parity8b "$PK/m8" 30153 --variants dflash,ddtree --budgets 15 --concurrency 1,8,16,32 --repeats 1 --phases \
-    --acceptance "$ACCEPT" --no-check-outputs -- "${TM[@]}" --mem-fraction-static 0.8 --max-running-requests 32
+  GO_DIAG=1 PK_DIAG_PROFILE=0 bench parity8b "$PK/m8" 30153 --variants dflash,ddtree --budgets 15,auto \
+    --concurrency 1,8,16,32 --repeats 1 --phases --acceptance "$ACCEPT" --no-check-outputs -- "${TM[@]}" \
+    --mem-fraction-static 0.8 --max-running-requests 32
 }
 step_auto17() {  # DDTREE auto against DFLASH at the Qwen3-1.7B shape, 1..32 requests
   models "$PK/m17" --shape qwen3-1.7b || { STEP_RC=1; return; }

@@ -76,12 +76,13 @@ def summarize(path: Path) -> list[str]:
     timed = [(run, level) for run in result.get("variants") or [] for level in run.get("levels") or []
              if level.get("phases")]
     if timed:
-        out.append("phases (device ms per round: draft tree verify commit gap round | host round | graphs d/v | bs)")
+        out.append("phases (device ms per round: draft tree verify commit gap round p50 p99 | host round | graphs d/v | bs)")
         for run, level in timed:
             ph = level["phases"]
             g, h = ph["gpu_ms"], ph["host_ms"]
             out.append(f"  {run.get('label'):<16} c={level.get('concurrency'):<3} "
                        + " ".join(f"{g[k]:6.2f}" for k in ("draft", "tree", "verify", "commit", "gap", "round"))
+                       + f" {ph.get('round_p50_ms', 0.0):6.2f} {ph.get('round_p99_ms', 0.0):6.2f}"
                        + f" | {h['round']:6.2f} | {100 * ph['draft_graph_share']:.0f}%/"
                        f"{100 * ph['verify_graph_share']:.0f}% | {ph['mean_bs']:.1f} n={ph['rounds']}"
                        + (f" widths={ph['widths']}" if ph.get("budgets") else ""))

@@ -100,3 +100,70 @@ def test_an_accept_model_comes_from_json_or_a_file(tmp_path):
     assert budget_mod.load_accept_model(str(path)) == {32: 9.27}
     with pytest.raises(ValueError, match="SGLANG_DDTREE_ACCEPT_MODEL"):
         budget_mod.load_accept_model('{"16": 0.5}')
+
+
+def _serve(policy, bs, rounds, round_ms, accepted=None, clock=100.0):
+    """Drive the policy as the worker does: round start, choice, then the round takes ``round_ms[width]``;
+    ``accepted[width]`` (drafted tokens) is observed for each round. Returns the widths chosen."""
+    chosen = []
+    policy.round_started(clock)
+    for _ in range(rounds):
+        width = policy.choose(bs)
+        chosen.append(width)
+        if accepted is not None:
+            policy.observe_accepted(width, accepted[width])
+        clock += round_ms[width] / 1e3
+        policy.round_started(clock)
+    return chosen
+
+
+def test_a_wider_tree_whose_gain_is_within_the_margin_is_not_taken():
+    flat = _table({16: {4: 5.0}, 32: {4: 5.0}})
+    barely = {16: 8.0, 32: 8.0 * (1 + budget_mod.GAIN_MARGIN / 2)}
+    assert budget_mod.BudgetPolicy(widths=(16, 32), costs=flat, accept_model=barely).best_width(4) == 16
+    clearly = {16: 8.0, 32: 8.0 * (1 + 2 * budget_mod.GAIN_MARGIN)}
+    assert budget_mod.BudgetPolicy(widths=(16, 32), costs=flat, accept_model=clearly).best_width(4) == 32
+
+
+def test_the_whole_round_per_width_is_learned_and_a_width_that_does_not_pay_is_dropped():
+    # The verify graphs say a 64-wide tree costs what 16 costs at one request; the whole round says
+    # otherwise (the draft top-K and the tree grow with the width): 6.3 ms against 3.4.
+    verify = _table({16: {1: 2.5}, 32: {1: 2.6}, 64: {1: 2.7}})
+    policy = budget_mod.BudgetPolicy(widths=(16, 32, 64), costs=verify, accept_model=PAPER)
+    real = {16: 3.4, 32: 4.6, 64: 6.3}
+    chosen = _serve(policy, 1, 400, real)
+    assert chosen[0] > 16  # the table alone favours a wider tree
+    assert policy.round_ms[(1, 64)] == pytest.approx(6.3, rel=0.02)
+    assert policy.round_ms[(1, 16)] == pytest.approx(3.4, rel=0.02)
+    # 8.61 / 3.4 beats 9.27 / 4.6 and 9.75 / 6.3: after the probes the chain's width serves.
+    assert policy.best_width(1) == 16
+    assert chosen[-50:].count(16) >= 47
+
+
+def test_a_tree_that_accepts_no_more_than_the_chain_costs_nothing():
+    # The draft believes the wider tree adds accepts; the target takes no more at 32 than at 16.
+    flat = _table({16: {8: 5.0}, 32: {8: 5.5}})
+    policy = budget_mod.BudgetPolicy(widths=(16, 32), costs=flat)
+    for _ in range(50):
+        policy.observe_expected([1.0, 3.0])
+    assert policy.best_width(8) == 32  # before anything is measured at 32
+    chosen = _serve(policy, 8, 3000, {16: 6.0, 32: 6.6}, accepted={16: 0.95, 32: 0.95})
+    assert policy.best_width(8) == 16
+    assert chosen[-1000:].count(16) >= 990  # probes only, ever rarer
+    assert policy.probes < 40
+
+
+def test_probes_grow_rarer_and_each_runs_a_few_rounds_in_a_row():
+    costs = _table({16: {2: 5.0}, 32: {2: 5.5}, 64: {2: 6.0}})
+    policy = budget_mod.BudgetPolicy(widths=(16, 32, 64), costs=costs, accept_model={15: 2.0, 31: 2.0, 63: 2.0})
+    chosen = _serve(policy, 2, 5000, {16: 5.0, 32: 5.5, 64: 6.0})
+    runs = []
+    for i, width in enumerate(chosen):
+        if width != 16 and (i == 0 or chosen[i - 1] != width):
+            runs.append((i, width))
+    assert all(chosen[i : i + budget_mod.PROBE_ROUNDS] == [w] * budget_mod.PROBE_ROUNDS for i, w in runs)
+    for probed in (32, 64):
+        starts = [i for i, w in runs if w == probed]
+        gaps = [b - a for a, b in zip(starts, starts[1:])]
+        assert len(starts) >= 4 and gaps[-1] > 8 * gaps[0]
+    assert chosen.count(16) / len(chosen) > 0.98

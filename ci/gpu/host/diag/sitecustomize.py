@@ -10,7 +10,7 @@ stops servers with a signal):
 - ``rounds-<pid>.tsv``: per decode round: worker class, batch size, host ms, Triton compilations,
   device allocations (``num_device_alloc`` of the caching allocator), Python GC collections during it;
 - ``profile-<pid>-<class>-bs<N>.txt``: cProfile of rounds 30-90 at each batch size, the top functions
-  by own time and by cumulative time (where the host time of a round goes).
+  by own time and by cumulative time (where the host time of a round goes); not with PK_DIAG_PROFILE=0.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ _WRAPPED = {
     "sglang.srt.speculative.dflash_worker_v2": ("DFlashWorkerV2", "forward_batch_generation"),
     "sglang.srt.speculative.ddtree_worker_v2": ("DDTreeWorkerV2", "forward_batch_generation"),
 }
-_PROFILE_ROUNDS = (30, 90)  # the window of rounds, per batch size, that cProfile records
+# The window of rounds, per batch size, that cProfile records; PK_DIAG_PROFILE=0: none (the rounds are
+# then timed and counted only, as they run in a measurement).
+_PROFILE_ROUNDS = (30, 90) if os.environ.get("PK_DIAG_PROFILE", "1") != "0" else (0, 0)
 _compiles = [0]
 _gc = [0]
 

@@ -589,18 +589,41 @@ def _costs(widths, verify_ms):
 def test_auto_verifies_the_width_the_policy_prefers_and_learns_from_the_rounds():
     widths = (8, 16, 32)
     # One accept table for every width (B 7/15/31 -> 3/5/6 tokens); the 16-wide verify is the
-    # cheapest per committed token: every round takes it.
+    # cheapest per committed token: every round takes it, and with a table no round measures the
+    # tree's own expectations.
     table = {7: 3.0, 15: 5.0, 31: 6.0}
     outputs, _, w = run_rounds(prompts=PROMPTS, budget=31, block_size=8, topk=16, overlap=True, rounds=5,
                                auto_widths=widths, costs=_costs(widths, (4.0, 4.0, 40.0)), accept_model=table)
     for prompt, out in zip(PROMPTS, outputs):
         assert out == ar_reference(prompt, len(out))
     assert set(w._policy.chosen) == {16} and w._policy.chosen[16] == 5 and set(w.models.widths) == {16}
-    # The tree's own expectations came back (STATS_LAG rounds late, through the pinned copy), one
-    # per width, larger for a larger tree; the measured acceptance moved the calibration.
+    assert w._policy.expected == {}
+    # Without a table the first round of every STATS_EVERY grows the widest tree: its expectations
+    # come back (STATS_LAG rounds late, through the pinned copy), one per width, larger for a larger
+    # tree, and the measured acceptance moves the calibration.
+    outputs, _, w = run_rounds(prompts=PROMPTS, budget=31, block_size=8, topk=16, overlap=True, rounds=5,
+                               auto_widths=widths, costs=_costs(widths, (4.0, 4.0, 40.0)))
+    for prompt, out in zip(PROMPTS, outputs):
+        assert out == ar_reference(prompt, len(out))
+    assert set(w.models.widths) == {16}
     expected = [w._policy.expected[width] for width in widths]
     assert expected == sorted(expected) and expected[0] > 0
     assert w._policy.calibration != 1.0
+
+
+def test_an_auto_round_drafts_the_candidates_of_its_own_width(monkeypatch):
+    widths = (8, 16, 32)
+    asked = []
+    compute = worker_mod._DDTreeDraftTopK.compute
+
+    def recording(head, hidden_states, k=None):
+        asked.append(k)
+        return compute(head, hidden_states, k=k)
+
+    monkeypatch.setattr(worker_mod._DDTreeDraftTopK, "compute", recording)
+    run_rounds(prompts=PROMPTS, budget=31, block_size=8, topk=16, overlap=False, rounds=3,
+               auto_widths=widths, costs=_costs(widths, (4.0, 4.0, 40.0)), accept_model={7: 3.0, 15: 5.0, 31: 6.0})
+    assert asked == [15, 15, 15]  # K = n - 1 for the 16-wide rounds, not the widest tree's 16
 
 
 def test_without_a_cost_table_auto_verifies_the_chains_width():

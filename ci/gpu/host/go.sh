@@ -48,7 +48,7 @@ TREE=$PATCHKIT_HOME/trees/sglang-0.5.17
 MARK=$PK/.setup-done
 TARGET=${GO_TARGET:-$TREE}
 ACCEPT=$SRC/benchmarks/acceptance/ddtree-paper-qwen3-8b-math500.toml
-STEPS_KNOWN="shape1 shape2 shape3 shape4 toy16 lossless sampling tree phases8b phasestoy hotpath auto8b autotree samplingauto samplingbroken paritytoy parity17 parity8b auto17 autotoy backends8b losslessauto radix"
+STEPS_KNOWN="kernels shape1 shape2 shape3 shape4 toy16 lossless sampling tree phases8b phasestoy hotpath auto8b autotree samplingauto samplingbroken paritytoy parity17 parity8b auto17 autotoy backends8b losslessauto radix"
 TM=(--skip-tokenizer-init --sampling-backend pytorch --grammar-backend none)   # the H200 smoke's flags
 
 now() { date +%s; }
@@ -285,6 +285,11 @@ EOF
 }
 
 # Same-width parity: DDTREE at DFLASH's verify width (B = L - 1 = 15, 16 tokens) beside DFLASH, by phase.
+step_kernels() {  # the commit kernels against their torch ops (no server), before any server relies on them
+  (cd "$SRC" && PYTHONPATH="$SITE" timeout -s TERM 120 "$PY" "$HERE/check_commit.py" "$TREE") > "$W/kernels.log" 2>&1
+  STEP_RC=$?
+  tailof "$W/kernels.log" 10
+}
 step_paritytoy() {  # the tiny test models, where host costs show; batch sizes where the commit spiked. Greedy
                     # outputs checked against the baseline's (lossless at B = 15 and auto)
   models "$PK/mt" || { STEP_RC=1; return; }

@@ -167,3 +167,14 @@ def test_probes_grow_rarer_and_each_runs_a_few_rounds_in_a_row():
         gaps = [b - a for a, b in zip(starts, starts[1:])]
         assert len(starts) >= 4 and gaps[-1] > 8 * gaps[0]
     assert chosen.count(16) / len(chosen) > 0.98
+
+
+def test_a_wider_width_that_accepts_no_more_is_not_taken_even_when_it_measures_cheaper():
+    # Host-bound rounds: every width costs about the same and the measurement favours the widest by
+    # noise; the target accepts the same at every width.
+    policy = budget_mod.BudgetPolicy(widths=(8, 16, 32), costs=_table({8: {1: 3.0}, 16: {1: 3.0}, 32: {1: 3.0}}))
+    for _ in range(50):
+        policy.observe_expected([1.0, 1.4, 1.8])
+    chosen = _serve(policy, 1, 600, {8: 3.2, 16: 3.1, 32: 2.9}, accepted={8: 0.96, 16: 0.96, 32: 0.96})
+    assert policy.best_width(1) == 8
+    assert chosen[-200:].count(8) >= 190

@@ -8,8 +8,9 @@ import random
 
 import pytest
 import torch
+from _kernel_helpers import load_fresh
 
-pytestmark = pytest.mark.needs("ddtree_commit_round", "ddtree_window_slots")
+pytestmark = pytest.mark.needs("ddtree_commit_round", "ddtree_window_slots", "ddtree_move_path_kv")
 
 
 def _paths(rng: random.Random, bs: int, n: int, steps: int):
@@ -103,3 +104,42 @@ def test_the_commit_kernel_equals_the_torch_ops(ddtree_utils, cuda, bs):
         ddtree_utils.ddtree_window_slots(req_to_token.to(cuda), pool_rows.to(cuda), starts.to(cuda), 33).cpu(),
         ddtree_utils.ddtree_window_slots(req_to_token, pool_rows, starts, 33),
     )
+
+
+@pytest.fixture
+def interpreted(ddtree_utils, monkeypatch):
+    """The module with its Triton kernels run by Triton's interpreter on the CPU (no GPU here)."""
+    pytest.importorskip("triton")
+    return load_fresh(ddtree_utils, monkeypatch, TRITON_INTERPRET="1")
+
+
+@pytest.mark.parametrize(("bs", "n"), [(1, 16), (3, 16), (7, 32)])
+def test_the_commit_and_window_kernels_equal_the_torch_ops_in_the_interpreter(interpreted, bs, n):
+    draft, index, length, bonus, window, seq_lens = _case(10 * bs + n, bs=bs, n=n, steps=8)
+    expected = interpreted.ddtree_commit_round(draft, index, length, bonus, window, seq_lens)
+    got = interpreted._commit_round_triton(draft, index, length, bonus, window.view(bs, n), seq_lens)
+    for field in ("out_tokens", "commit_lens", "flat_accept_index", "path_rows", "kv_src", "kv_tgt", "new_seq_lens"):
+        assert torch.equal(getattr(got, field), getattr(expected, field)), field
+    req_to_token = torch.randint(0, 10**6, (16, 300), dtype=torch.int32)
+    rows, starts = torch.randperm(16)[:bs], torch.randint(0, 200, (bs,))
+    assert torch.equal(interpreted._window_slots_triton(req_to_token, rows, starts, n),
+                       interpreted.ddtree_window_slots(req_to_token, rows, starts, n))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_path_kv_move_kernel_equals_moving_every_row_at_once(interpreted, seed):
+    """Every layer's K and V buffer, addressed by raw pointers as the pool's are; the kernel walks each
+    path in order, which must equal gathering every source row first and then scattering."""
+    layers, slots, row = 3, 300, (2, 8)
+    buffers = [torch.randn(slots, *row).to(torch.bfloat16) for _ in range(2 * layers)]
+    pointers = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.uint64)
+    row_bytes = row[0] * row[1] * 2
+    strides = torch.tensor([row_bytes] * len(buffers))
+    draft, index, length, bonus, _, seq_lens = _case(seed, bs=4, n=16, steps=8)
+    window = torch.randperm(slots, generator=torch.Generator().manual_seed(seed))[: 4 * 16]
+    commit = interpreted.ddtree_commit_round(draft, index, length, bonus, window, seq_lens)
+    expected = [b.clone() for b in buffers]
+    for b in expected:
+        b[commit.kv_tgt] = b[commit.kv_src]
+    interpreted.ddtree_move_path_kv(pointers, strides, commit.kv_tgt, commit.kv_src, commit.commit_lens, row_bytes)
+    assert all(torch.equal(got, want) for got, want in zip(buffers, expected))

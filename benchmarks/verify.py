@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "verify"))
 
 from patchkit.checks.registry import GATES  # noqa: E402
-from patchkit.verify import facts  # noqa: E402
+from patchkit.index import facts  # noqa: E402
 from patchkit.verify.api import Severity, VerifyContext  # noqa: E402
 from patchkit.verify.envs import verify_interpreter  # noqa: E402
 from patchkit.verify.run import build_context, run_gate  # noqa: E402

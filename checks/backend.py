@@ -68,7 +68,7 @@ from patchkit.checks._probe.runner import (
 from patchkit.errors import BadInput, Location
 from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import added_lines, settings_from_manifest
+from patchkit.index.facts import added_lines, settings_from_manifest
 
 NAME = "backend"
 DESCRIPTION = "the tree's ServerArgs resolves DDTREE to tree-mask-safe backends and widths on simulated GPUs"

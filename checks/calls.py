@@ -50,7 +50,7 @@ from patchkit.checks._probe.runner import (
 from patchkit.errors import BadInput, Location
 from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import added_lines
+from patchkit.index.facts import added_lines
 
 NAME = "calls"
 DESCRIPTION = "declared calls into the tree's capture, replay and request-gate code behave as DDTREE needs"

@@ -49,7 +49,7 @@ from typing import Any
 
 from patchkit import tomlfile
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import PyIndex, canonical_expression, scan, settings_from_manifest
+from patchkit.index.facts import PyIndex, canonical_expression, scan, settings_from_manifest
 
 NAME = "dispatch"
 DESCRIPTION = "every branch on the speculative algorithm is declared handled, rejected or not applicable"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -41,7 +42,7 @@ from patchkit.manifest import line_of
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file
 from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
-from patchkit.verify.facts import added_lines
+from patchkit.index.facts import added_lines
 
 NAME = "tests"
 DESCRIPTION = "the patch set's own tests pass against the patched tree (pytest, CPU)"
@@ -99,6 +100,13 @@ def paths_to_run(set_dir: Path, config: dict[str, Any]) -> list[Path]:
     return [folder for folder in (own, *shared_dirs(set_dir, config)) if folder.is_dir()]
 
 
+def pytest_ini(set_dir: Path, config: dict[str, Any]) -> str:
+    """The run's pytest config: the shared test packages on ``pythonpath``, so a set's conftest loads
+    their fixtures as a plugin (``pytest_plugins = ["core_fixtures"]``)."""
+    shared = "".join(f"\n    {shlex.quote(str(folder))}" for folder in shared_dirs(set_dir, config))
+    return f"[pytest]\npythonpath ={shared}\n" if shared else "[pytest]\n"
+
+
 def run_pytest(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Path | None, config: dict[str, Any],
                selection: list[str] | None = None) -> dict[str, Any]:
     """One pytest run in ``python`` over ``tests`` (recording which tree code each test runs);
@@ -110,9 +118,9 @@ def run_pytest(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Pat
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="patchkit-tests-") as tmp:
         out = Path(tmp) / "results.json"
-        # an empty config of our own: a checkout's pyproject.toml above the set (its addopts, testpaths) must
-        # not decide how the set's tests run
-        (Path(tmp) / "pytest.ini").write_text("[pytest]\n")
+        # a config of our own: a checkout's pyproject.toml above the set (its addopts, testpaths) must not
+        # decide how the set's tests run; the shared test packages are importable by their module names
+        (Path(tmp) / "pytest.ini").write_text(pytest_ini(ctx.set_dir, config))
         targets = [str(ctx.set_dir / nodeid) for nodeid in selection] if selection is not None else [
             str(path) for path in tests]
         args = [python, str(RUNNER), out, str(ctx.root), *targets, "-q", "--tb=short", "-p", "no:cacheprovider",

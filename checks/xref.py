@@ -35,7 +35,7 @@ from typing import Any
 from patchkit.checks._xref.model import Model, Ref, bind_problems
 from patchkit.checks._xref.names import AddedCodeRules
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import (
+from patchkit.index.facts import (
     PyIndex,
     added_lines,
     module_name,

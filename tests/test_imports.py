@@ -28,7 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 INFRASTRUCTURE = {"patchkit", "patchkit.errors", "patchkit.proc", "patchkit.tomlfile", "patchkit.manifest",
                   "patchkit.results", "patchkit.git"}
-GATE_API = {"patchkit.verify.api", "patchkit.verify.envs", "patchkit.verify.cache", "patchkit.verify.facts"}
+GATE_API = {"patchkit.verify.api", "patchkit.verify.envs", "patchkit.verify.cache", "patchkit.index.facts"}
 #: A gate that needs more than the gate API, and why. `--each-prefix` rebuilds the tree patch by patch,
 #: so it reads the series and stages trees the way apply does (one reader, one stager, not a copy).
 GATE_EXTRAS = {"checks/prefixes.py": {"patchkit.patchset.series", "patchkit.patchset.staging"}}

@@ -362,7 +362,7 @@ PARALLEL_SCAN_BYTES = 512 * 1024
 
 def _warm_facts(batch: list[tuple[str, str]], manifest: Manifest, cache_dir: Path) -> int:
     """Parse ``(root, rel)`` files into the gates' facts cache (keyed by content: the scan then only reads)."""
-    from patchkit.verify.facts import PyIndex, settings_from_manifest  # lazy: loads libcst
+    from patchkit.index.facts import PyIndex, settings_from_manifest  # lazy: loads libcst
 
     settings = settings_from_manifest(manifest)
     indexes: dict[str, PyIndex] = {}
@@ -384,7 +384,7 @@ def _balanced(files: list[tuple[str, str, int]], workers: int) -> list[list[tupl
 
 def _distinct_candidates(contexts: list[Any]) -> list[tuple[str, str, int]]:
     """``(root, rel, size)`` of every file the scanner will parse, one per distinct content."""
-    from patchkit.verify.facts import scan, settings_from_manifest  # lazy: loads libcst
+    from patchkit.index.facts import scan, settings_from_manifest  # lazy: loads libcst
 
     seen: set[str] = set()
     files = []

@@ -46,7 +46,7 @@ from patchkit.patchset import base as base_mod
 from patchkit.patchset import drift, refresh, replay, transaction
 from patchkit.patchset.apply import build_commits
 from patchkit.patchset.drift import BaseInfo, PatchDrift, PatchStatus, PortReport
-from patchkit.patchset.hooks import pause
+from patchkit.hooks import pause
 from patchkit.patchset.portstate import (
     SKIPPED_NAMES,
     PatchRecord,
@@ -469,7 +469,7 @@ class _Port:
     # ---------------------------------------------------------------- the report
     def scan_cache(self) -> Path:
         """Where the site changes between these two bases, for this set's scanner settings, are kept."""
-        from patchkit.verify.facts import settings_from_manifest
+        from patchkit.index.facts import settings_from_manifest
 
         assert self.tools.dispatch is not None
         declarations = self.declarations()

@@ -1,8 +1,10 @@
 """CPU tests of the patched tree's DDTREE verify input, request gate, predicates and graph sites.
 
-Everything here is the tree's own 0.5.17 code (DDTreeVerifyInput, the graph runner's capture and
-replay sites, the dummy warmup input, the scheduler's request gate, the algorithm predicates),
-run on CPU tensors. `patchkit verify --gate tests` runs it in the [verify.env] environment.
+Everything here is the tree's own code (DDTreeVerifyInput, the graph runner's capture and replay
+sites, the dummy warmup input, the scheduler's request gate, the algorithm predicates), run on CPU
+tensors. `patchkit verify --gate tests` runs it in the [verify.env] environment, once for each set
+whose tree carries ddtree_info_v2; where the bases' SGLang differs, the test reads the tree's release
+(``RELEASE``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from sglang_tree import tree_release
 
 ddtree_info_v2 = pytest.importorskip("sglang.srt.speculative.ddtree_info_v2")
 from sglang.srt.managers.schedule_batch import Req  # noqa: E402
@@ -31,6 +34,10 @@ from sglang.srt.speculative.spec_info import SpecInputType, SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo  # noqa: E402
 
 DDTreeVerifyInput = ddtree_info_v2.DDTreeVerifyInput
+RELEASE = tree_release()
+#: 0.5.23's graph runner and dummy-input factory read topk and widths from the published spec bag
+#: (runtime_context.get_spec), 0.5.17's from server_args.
+SPEC_BAG = RELEASE >= (0, 5, 23)
 
 
 def random_tree(bs=3, depth=4, vocab=7, budget=12, seed=0):
@@ -67,6 +74,8 @@ def test_verify_input_is_a_masked_dflash_verify_input_of_width_b_plus_one():
     assert vi.retrieve_next_token.shape == (3, n) and vi.retrieve_next_sibling.shape == (3, n)
 
 
+@pytest.mark.skipif(SPEC_BAG, reason="0.5.23: generate_attn_arg_prefill is read only by the FlashInfer and aiter "
+                    "backends, both refused for DDTREE, and takes a KV-index translator and plan")
 def test_generate_attn_arg_prefill_keeps_the_tree_mask(monkeypatch):
     # The inherited FlashInfer/metadata path hands the same mask on (padding rows see all).
     from sglang.srt.speculative import dflash_info
@@ -154,6 +163,16 @@ def test_greedy_target_tokens_are_the_argmax():
         logits=logits, sampling_info=None, positions=torch.arange(12), num_verify_tokens=4
     )
     assert torch.equal(out, logits.argmax(-1))
+
+
+@pytest.fixture(autouse=True)
+def _cpu_row_argmax(monkeypatch):
+    # 0.5.23's fast_sample (the Gumbel-max draw) takes the row argmax with a Triton kernel that has
+    # no CPU path; torch's argmax is what it computes.
+    if SPEC_BAG:
+        from sglang.srt.speculative import spec_utils
+
+        monkeypatch.setattr(spec_utils, "row_argmax", lambda x: x.argmax(dim=-1))
 
 
 @pytest.mark.parametrize("kwargs", [dict(), dict(top_k=3), dict(top_p=0.6), dict(min_p=0.3)])
@@ -297,11 +316,13 @@ def _runner(is_draft_worker: bool, width: int):
     model_runner = SimpleNamespace(
         spec_algorithm=SpeculativeAlgorithm.DDTREE,
         is_draft_worker=is_draft_worker,
-        server_args=SimpleNamespace(speculative_eagle_topk=8),
+        **({} if SPEC_BAG else {"server_args": SimpleNamespace(speculative_eagle_topk=8)}),
         attn_backend=type("TritonAttnBackend", (), {})(),
     )
     return SimpleNamespace(
         model_runner=model_runner,
+        dllm_uses_input_embeds=False,
+        dllm_input_preparation=None,
         buffers=SimpleNamespace(custom_mask=torch.ones(64, dtype=torch.bool)),
         captured_req_width=width,
         speculative_num_steps=1,
@@ -310,7 +331,20 @@ def _runner(is_draft_worker: bool, width: int):
     )
 
 
-def test_target_verify_graph_is_captured_with_the_tree_mask():
+@pytest.fixture
+def spec_bag(monkeypatch):
+    """The widths the graph runner and the dummy-input factory read: on 0.5.23 from the published spec
+    bag (runtime_context.get_spec), stood in for here; on 0.5.17 from server_args (``_runner``'s)."""
+    bag = SimpleNamespace(speculative_eagle_topk=8, speculative_num_steps=1, speculative_num_draft_tokens=65)
+    if SPEC_BAG:
+        from sglang.srt.model_executor.runner import decode_cuda_graph_runner as runner_mod
+
+        monkeypatch.setattr(runner_mod, "get_spec", lambda: bag)
+        monkeypatch.setattr(spec_info_mod, "get_spec_config", lambda: bag)
+    return bag
+
+
+def test_target_verify_graph_is_captured_with_the_tree_mask(spec_bag):
     runner = _runner(is_draft_worker=False, width=65)
     spec = DecodeCudaGraphRunner.get_spec_info(runner, num_tokens=65)
     assert isinstance(spec, DDTreeVerifyInput)
@@ -319,7 +353,7 @@ def test_target_verify_graph_is_captured_with_the_tree_mask():
     assert spec.capture_hidden_mode == CaptureHiddenMode.FULL
 
 
-def test_draft_runner_graph_keeps_the_mask_free_dflash_block_input():
+def test_draft_runner_graph_keeps_the_mask_free_dflash_block_input(spec_bag):
     runner = _runner(is_draft_worker=True, width=16)
     spec = DecodeCudaGraphRunner.get_spec_info(runner, num_tokens=16)
     assert type(spec) is DFlashVerifyInput and spec.custom_mask is None
@@ -336,10 +370,10 @@ def test_replaying_the_target_verify_graph_without_a_mask_is_refused():
         DecodeCudaGraphRunner.load_batch(runner, forward_batch)
 
 
-def test_dummy_warmup_of_the_target_runs_the_masked_verify():
-    args = SimpleNamespace(speculative_eagle_topk=8, speculative_num_draft_tokens=65)
+def test_dummy_warmup_of_the_target_runs_the_masked_verify(spec_bag):
+    args = () if SPEC_BAG else (spec_bag,)  # 0.5.17 hands the widths in; 0.5.23 reads the bag
     mask = torch.ones(8, dtype=torch.bool)
-    target = spec_info_mod.create_dummy_verify_input(SpeculativeAlgorithm.DDTREE, args, mask, 65, False)
+    target = spec_info_mod.create_dummy_verify_input(SpeculativeAlgorithm.DDTREE, *args, mask, 65, False)
     assert isinstance(target, DDTreeVerifyInput) and target.custom_mask is mask
-    draft = spec_info_mod.create_dummy_verify_input(SpeculativeAlgorithm.DDTREE, args, mask, 16, True)
+    draft = spec_info_mod.create_dummy_verify_input(SpeculativeAlgorithm.DDTREE, *args, mask, 16, True)
     assert type(draft) is DFlashVerifyInput and draft.custom_mask is None

@@ -19,6 +19,10 @@ hand-off, the spec-v2 ``GenerationBatchResult`` and ``DFlashDraftInputV2``). Wha
 
 Greedy DDTree must then reproduce greedy autoregressive decoding token for token, and seeded
 sampling (draws keyed on seed and position) must reproduce seeded autoregressive sampling.
+
+Every set whose tree carries DDTreeWorkerV2 runs this file against its own base: where the bases'
+SGLang differs (which module launches the cache-location kernel, the name of the reserved lengths),
+the test reads the tree's release (``RELEASE``) and stands in for what that release calls.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from sglang_tree import tree_release
 
 worker_mod = pytest.importorskip("sglang.srt.speculative.ddtree_worker_v2")
 from sglang.srt.layers import sampler as sampler_mod  # noqa: E402
@@ -38,6 +43,16 @@ from sglang.srt.speculative.draft_worker_common import make_draft_block_spec_inf
 
 budget_mod = pytest.importorskip("sglang.srt.speculative.ddtree_budget")
 phase_mod = pytest.importorskip("sglang.srt.speculative.spec_phase_timing")
+
+RELEASE = tree_release()
+#: 0.5.23 packs the accepted slots with fill_front_out_cache_loc_func, which launches the kernel of
+#: sglang.kernels.ops.speculative.cache_locs; 0.5.17 launches spec_utils' own.
+if RELEASE >= (0, 5, 23):
+    from sglang.kernels.ops.speculative import cache_locs as cache_loc_kernels
+else:
+    cache_loc_kernels = spec_utils
+#: The lengths the next round reserves, on the planning result (renamed in 0.5.23).
+RESERVED_LENS = "nxt_kv_lens_cpu" if RELEASE >= (0, 5, 23) else "reserved_seq_lens_cpu"
 
 V = 41  # vocabulary; the mask token is V - 1 and never a real token
 MASK = V - 1
@@ -126,7 +141,7 @@ def _torch_murmur(seed, positions, cols):
 @pytest.fixture(autouse=True)
 def _cpu_kernels(monkeypatch):
     monkeypatch.setattr(worker_mod, "assign_extend_cache_locs_func", _assign_extend_cache_locs_func)
-    monkeypatch.setattr(spec_utils, "assign_extend_cache_locs", _Launch(_assign_extend_cache_locs))
+    monkeypatch.setattr(cache_loc_kernels, "assign_extend_cache_locs", _Launch(_assign_extend_cache_locs))
     monkeypatch.setattr(spec_utils, "fill_accept_out_cache_loc_func", _fill_accept_out_cache_loc)
     monkeypatch.setattr(sampler_mod, "murmur_hash32", _torch_murmur)
     monkeypatch.setattr(worker_mod, "get_tp_group", lambda: SimpleNamespace(world_size=1))
@@ -230,6 +245,7 @@ def make_worker(*, bs: int, budget: int, block_size: int, topk: int, auto_widths
     w.speculative_num_draft_tokens = block_size
     w.device = torch.device("cpu")
     w.ps = SimpleNamespace(tp_rank=0)
+    w._target_tp_rank = 0
     w.page_size = 1
     w._need_mamba_verify_commit = False
     w._use_triton_prepare_block = False
@@ -458,10 +474,16 @@ def test_the_mask_is_sized_from_the_host_bound_not_the_device_lengths():
     # seq_lens_cpu + L, which covers the device lengths, and never read the device.
     _, _, w = run_rounds(prompts=PROMPTS, budget=16, block_size=8, topk=16, overlap=True, rounds=3)
     batch = SimpleNamespace(seq_lens_cpu=torch.tensor([5, 9]))
-    bound = w._host_prefix_bound(batch, SimpleNamespace(reserved_seq_lens_cpu=None))
+    bound = w._host_prefix_bound(batch, SimpleNamespace(**{RESERVED_LENS: None}))
     assert bound.tolist() == [13, 17] and bound.device.type == "cpu"
     far = SimpleNamespace(seq_lens_cpu=torch.tensor([CTX * 2]))
     assert w._host_prefix_bound(far, None).tolist() == [CTX - w.verify_width]  # clamped to context
+    # Backends that keep no CPU lengths: the lengths reserved for the next round bound it.
+    reserved = SimpleNamespace(**{RESERVED_LENS: torch.tensor([14, 30], dtype=torch.int32)})
+    bound = w._host_prefix_bound(SimpleNamespace(seq_lens_cpu=None), reserved)
+    assert bound.tolist() == [14, 30] and bound.dtype == torch.int64
+    with pytest.raises(RuntimeError, match="needs host sequence lengths"):
+        w._host_prefix_bound(SimpleNamespace(seq_lens_cpu=None), SimpleNamespace(**{RESERVED_LENS: None}))
 
 
 def test_the_mask_buffer_persists_across_rounds_and_grows_only_on_a_larger_host_size():
@@ -511,7 +533,7 @@ def test_prefill_and_idle_batches_are_dflashs(monkeypatch):
     seen = []
     monkeypatch.setattr(
         worker_mod.DFlashWorkerV2, "forward_batch_generation",
-        lambda self, batch, on_publish=None, grammar_barrier=None: seen.append(batch.forward_mode) or "dflash",
+        lambda self, batch, on_publish=None, grammar_barrier=None, **_: seen.append(batch.forward_mode) or "dflash",
     )
     w, _ = make_worker(bs=1, budget=8, block_size=4, topk=4)
     for mode in (ForwardMode.EXTEND, ForwardMode.IDLE):

@@ -66,9 +66,9 @@ from patchkit.checks._probe.runner import (
     interpreter as _probe_interpreter,
 )
 from patchkit.errors import BadInput, Location
+from patchkit.index.facts import added_lines, settings_from_manifest
 from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.index.facts import added_lines, settings_from_manifest
 
 NAME = "backend"
 DESCRIPTION = "the tree's ServerArgs resolves DDTREE to tree-mask-safe backends and widths on simulated GPUs"

@@ -14,8 +14,8 @@ the message. No bytecode or pytest cache is written into the set or the tree.
 
 The same run records which lines of the touched files each test ran (``checks/_tests/coverage.py``):
 every added Python statement no set test runs and no ``[verify.tests.unreachable]`` declaration
-covers is a warning, per patch (an error with ``patchkit verify --strict-coverage``, which sets
-``PATCHKIT_STRICT_COVERAGE=1``, or ``[verify.tests] strict_coverage = true``); when tests fail, the added
+covers is a warning, per patch (an error with ``[verify.tests] strict_coverage = true``, which
+``patchkit verify --strict-coverage`` sets for one run); when tests fail, the added
 lines the failing tests ran and the passing ones did not are ranked (Ochiai) and the top candidates
 are findings at their line.
 """
@@ -38,11 +38,11 @@ from patchkit.checks._probe.runner import python_names
 from patchkit.checks._tests.coverage import Statements, declarations, ochiai, uncovered
 from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit.errors import BadInput, location
+from patchkit.index.facts import added_lines
 from patchkit.manifest import line_of
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file
 from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
-from patchkit.index.facts import added_lines
 
 NAME = "tests"
 DESCRIPTION = "the patch set's own tests pass against the patched tree (pytest, CPU)"
@@ -332,7 +332,7 @@ def check_config(ctx: VerifyContext) -> None:
 
 
 def strict_coverage(ctx: VerifyContext) -> bool:
-    return os.environ.get("PATCHKIT_STRICT_COVERAGE") == "1" or bool(ctx.gate_config(NAME).get("strict_coverage"))
+    return bool(ctx.gate_config(NAME).get("strict_coverage"))
 
 
 def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]]) -> list[Finding]:

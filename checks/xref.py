@@ -34,7 +34,6 @@ from typing import Any
 
 from patchkit.checks._xref.model import Model, Ref, bind_problems
 from patchkit.checks._xref.names import AddedCodeRules
-from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.index.facts import (
     PyIndex,
     added_lines,
@@ -44,6 +43,7 @@ from patchkit.index.facts import (
     scan,
     settings_from_manifest,
 )
+from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 
 NAME = "xref"
 DESCRIPTION = "imports, attributes, calls and self attributes of the symbol family resolve and fit"

@@ -35,18 +35,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
+from typing import Any, Literal
 
 from patchkit import fsutil, paths, proc
 from patchkit import manifest as manifest_mod
 from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput, Interrupted, Location
 from patchkit.git import Repo
+from patchkit.hooks import pause
 from patchkit.manifest import GitBase, Manifest, PypiBase
 from patchkit.patchset import base as base_mod
 from patchkit.patchset import drift, refresh, replay, transaction
 from patchkit.patchset.apply import build_commits
 from patchkit.patchset.drift import BaseInfo, PatchDrift, PatchStatus, PortReport
-from patchkit.hooks import pause
 from patchkit.patchset.portstate import (
     SKIPPED_NAMES,
     PatchRecord,
@@ -95,9 +95,12 @@ class PortResult(CommandResult):
 
 @dataclass(frozen=True, kw_only=True)
 class Tools:
-    """What the CLI hands the core: the dispatch gate's module (None: no scan) and the markdown renderer."""
+    """What the CLI hands the core: the dispatch gate's module (None: no scan), the gate context it
+    scans a tree with (``VerifyContext.for_tree``: the gates sit above the engine), and the markdown
+    renderer."""
 
     dispatch: ModuleType | None = None
+    context: Callable[[Path, Path, Manifest, str], Any] | None = None
     markdown: Markdown | None = None
 
 
@@ -496,16 +499,13 @@ class _Port:
             self.state.dispatch = json.loads(cached.read_text(encoding="utf-8"))
             self.timings["dispatch scan"] = 0.0
             return
-        from patchkit.verify.api import VerifyContext
-
+        assert self.tools.context is not None, "the dispatch scan needs its gate context"
         man = self.pset.manifest
         roots = [drift.tree_of_commit(self.repo, base["commit"], Path(base["path"]), self.work.path / f"scan-{name}")
                  for name, base in (("old", self.state.old_base), ("new", self.state.new_base))]
         self.say("scanning the dispatch sites of both bases")
         bases = (self.state.old_base["commit"], self.state.new_base["commit"])
-        contexts = [VerifyContext(root=root, set_dir=self.src, manifest=man, base_commit=commit, touched=(),
-                                  cache_dir=paths.verify_cache_dir().resolve(), env_dir=paths.envs_dir().resolve())
-                    for root, commit in zip(roots, bases, strict=True)]
+        contexts = [self.tools.context(root, self.src, man, commit) for root, commit in zip(roots, bases, strict=True)]
         self.scan_started = time.perf_counter()
         self.scan = drift.SiteScan(self.tools.dispatch, contexts, workers=SCAN_WORKERS)
 

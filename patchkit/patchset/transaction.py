@@ -54,10 +54,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchkit import error_handler, fsutil, paths
+from patchkit import error_handler, fsutil, hooks, paths
 from patchkit.errors import BadInput, Internal, Interrupted, Location
 from patchkit.git import GitFailed, Quarantine, Repo, quarantine
-from patchkit import hooks
 from patchkit.hooks import pause
 
 JOURNAL_NAME = "patchkit-apply.json"

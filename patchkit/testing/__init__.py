@@ -40,7 +40,7 @@ def patched_tree(set_dir: Path | None = None) -> Path:
         return Path(os.environ[TARGET_ENV])
     set_dir = Path(set_dir) if set_dir else paths.default_set_dir()
     man = load(set_dir)
-    dest = paths.trees_dir() / f"{base.default_dest(man).name}+{man.set.name}-{man.set.version}"
+    dest = paths.trees_dir() / f"{paths.default_target(man).name}+{man.set.name}-{man.set.version}"
     with file_lock(f"patched-{dest.name}"):
         base.fetch(man, dest)
         result = apply_mod.apply(set_dir, dest)  # a no-op when already applied

@@ -9,7 +9,7 @@ set). ``--seeded`` uses the DEFECTS table of tests/verify/test_seeded_defects.py
 independent corpus of tests/verify/corpus/ (defects.toml and benign.toml): each entry is realised in
 a copy of the target (tests/verify/corpus/seeding.py) and checked by every gate, pyright and mypy;
 a tool catches an entry when it reports an error the clean tree does not have. Prints markdown
-tables; ``--json FILE`` keeps the raw numbers. Goals (issue 16): warm command <= 2 s, cold static
+tables; ``--json FILE`` keeps the raw numbers. Goals: warm command <= 2 s, cold static
 gates (compile, xref, dispatch) < 5 s on 2 cores, every corpus defect caught, >= 90 % at its own
 file, no finding on the benign edits.
 """

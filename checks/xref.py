@@ -1,7 +1,7 @@
 """xref: cross-references of the symbol family (``[verify.xref] family``) resolve and fit.
 
 The index covers the files the series touches plus every file under the source root whose bytes
-match the family regex (a prefilter; each hit is parsed once with libcst, facts cached by content
+match the family regex (a prefilter; each hit is parsed once with ``ast``, facts cached by content
 hash). Because any file that defines, imports, calls or reads a family name must contain it, the
 prefilter cannot miss a use of a family symbol.
 

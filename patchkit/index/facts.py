@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 FACTS_SCHEMA = 12  # bump when the facts layout or extraction logic changes
 
-# Spec-algorithm helpers whose call is a dispatch site (map §2).
+# Spec-algorithm helpers whose call is a dispatch site.
 DEFAULT_HELPERS = (
     "is_dflash",
     "is_eagle",

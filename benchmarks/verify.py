@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "verify"))
 
 from patchkit.checks.registry import GATES  # noqa: E402
-from patchkit.index import facts  # noqa: E402
+from patchkit.index import files, pyindex  # noqa: E402
 from patchkit.verify.api import Severity, VerifyContext  # noqa: E402
 from patchkit.verify.envs import verify_interpreter  # noqa: E402
 from patchkit.verify.run import build_context, run_gate  # noqa: E402
@@ -61,8 +61,8 @@ def errors_of(findings: Iterable[Any]) -> int:
 
 def forget_memos() -> None:
     """A cold run in a fresh process would have no parsed facts and no tree scan in memory."""
-    facts._MEMORY.clear()
-    facts._SCANS.clear()
+    pyindex._MEMORY.clear()
+    files._SCANS.clear()
 
 
 # ---------------------------------------------------------------- gates

@@ -66,7 +66,7 @@ from patchkit.checks._probe.runner import (
     interpreter as _probe_interpreter,
 )
 from patchkit.errors import BadInput, Location
-from patchkit.index.facts import added_lines, settings_from_manifest
+from patchkit.index import added_lines, settings_from_manifest
 from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 

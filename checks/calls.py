@@ -48,7 +48,7 @@ from patchkit.checks._probe.runner import (
     tree_relative,
 )
 from patchkit.errors import BadInput, Location
-from patchkit.index.facts import added_lines
+from patchkit.index import added_lines
 from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 

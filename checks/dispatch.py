@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit import tomlfile
-from patchkit.index.facts import PyIndex, canonical_expression, scan, settings_from_manifest
+from patchkit.index import PyIndex, canonical_expression, scan, settings_from_manifest
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 
 NAME = "dispatch"

@@ -38,7 +38,7 @@ from patchkit.checks._probe.runner import python_names
 from patchkit.checks._tests.coverage import Statements, declarations, ochiai, uncovered
 from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit.errors import BadInput, location
-from patchkit.index.facts import added_lines
+from patchkit.index import added_lines
 from patchkit.manifest import line_of
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file

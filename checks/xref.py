@@ -34,7 +34,7 @@ from typing import Any
 
 from patchkit.checks._xref.model import Model, Ref, bind_problems
 from patchkit.checks._xref.names import AddedCodeRules
-from patchkit.index.facts import (
+from patchkit.index import (
     PyIndex,
     added_lines,
     module_name,

@@ -273,11 +273,11 @@ def test_every_import_points_down_the_layers():
 
 def test_the_layer_rule_sees_an_upward_or_sideways_import():
     assert upward(Import("patchkit/patchset/drift.py", "patchkit.verify.api", lazy=True))
-    assert upward(Import("patchkit/index/facts.py", "patchkit.patchset.state", lazy=False, typing_only=True))
+    assert upward(Import("patchkit/index/walk.py", "patchkit.patchset.state", lazy=False, typing_only=True))
     assert upward(Import("patchkit/fsutil.py", "patchkit.patchset.transaction", lazy=True))
     assert upward(Import("patchkit/smoke/run.py", "patchkit.hostprep.bundle", lazy=False))  # a sibling
     assert upward(Import("checks/xref.py", "patchkit.render.verify", lazy=False))
-    assert not upward(Import("patchkit/patchset/drift.py", "patchkit.index.facts", lazy=True))
+    assert not upward(Import("patchkit/patchset/drift.py", "patchkit.index.pyindex", lazy=True))
     assert not upward(Import("patchkit/commands/port.py", "patchkit.checks.dispatch", lazy=True))
     assert not upward(Import("patchkit/git.py", "patchkit.fsutil", lazy=False))  # within the infrastructure
 

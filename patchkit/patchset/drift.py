@@ -362,7 +362,7 @@ PARALLEL_SCAN_BYTES = 512 * 1024
 
 def _warm_facts(batch: list[tuple[str, str]], manifest: Manifest, cache_dir: Path) -> int:
     """Parse ``(root, rel)`` files into the gates' facts cache (keyed by content: the scan then only reads)."""
-    from patchkit.index.facts import PyIndex, settings_from_manifest  # lazy: the index parses with ast
+    from patchkit.index import PyIndex, settings_from_manifest  # lazy: the index parses with ast
 
     settings = settings_from_manifest(manifest)
     indexes: dict[str, PyIndex] = {}
@@ -384,7 +384,7 @@ def _balanced(files: list[tuple[str, str, int]], workers: int) -> list[list[tupl
 
 def _distinct_candidates(contexts: list[Any]) -> list[tuple[str, str, int]]:
     """``(root, rel, size)`` of every file the scanner will parse, one per distinct content."""
-    from patchkit.index.facts import scan, settings_from_manifest  # lazy: the index parses with ast
+    from patchkit.index import scan, settings_from_manifest  # lazy: the index parses with ast
 
     seen: set[str] = set()
     files = []

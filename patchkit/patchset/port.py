@@ -472,7 +472,7 @@ class _Port:
     # ---------------------------------------------------------------- the report
     def scan_cache(self) -> Path:
         """Where the site changes between these two bases, for this set's scanner settings, are kept."""
-        from patchkit.index.facts import settings_from_manifest
+        from patchkit.index import settings_from_manifest
 
         assert self.tools.dispatch is not None
         declarations = self.declarations()

@@ -1,8 +1,8 @@
 """The layout's import rules, read off the source with ``ast`` (eager and lazy imports alike).
 
 Every import points down the layers (:data:`LAYERS`, top first): the commands, then what prints, then
-the GPU runs and host preparation, the gates, the verify runner, the patch-set engine, the Python index,
-and the infrastructure at the bottom. A module imports its own package and the layers below it, never
+the GPU runs and host preparation, the verify runner, the patch-set engine, the gates, the gate API,
+the Python index, and the infrastructure at the bottom. A module imports its own package and the layers below it, never
 a layer above or a sibling package of its own layer; the rule counts imports under ``if TYPE_CHECKING:``
 too (a type needed from above belongs lower down).
 
@@ -35,9 +35,6 @@ REPO = Path(__file__).resolve().parents[1]
 INFRASTRUCTURE = {"patchkit", "patchkit.errors", "patchkit.proc", "patchkit.tomlfile", "patchkit.manifest",
                   "patchkit.results", "patchkit.git"}
 GATE_API = {"patchkit.verify.api", "patchkit.verify.envs", "patchkit.verify.cache"}
-#: A gate that needs more than the gate API, and why. `--each-prefix` rebuilds the tree patch by patch,
-#: so it reads the series and stages trees the way apply does (one reader, one stager, not a copy).
-GATE_EXTRAS = {"checks/prefixes.py": {"patchkit.patchset.series", "patchkit.patchset.staging"}}
 #: Ratchet: modules still importing gitpython directly, each with the change that removes it.
 GITPYTHON_LEFT: dict[str, str] = {}
 
@@ -139,7 +136,7 @@ def _breaks(rule: str, imp: Import) -> bool:
         wanted = top(imp.module, "checks", "patchkit.checks") or (top(imp.module, "patchkit.render") and not in_render)
         return wanted and src.startswith("patchkit/") and not is_command(src)
     if rule == "checks use the gate API":
-        allowed = GATE_API | INFRASTRUCTURE | GATE_EXTRAS.get(src, set())
+        allowed = GATE_API | INFRASTRUCTURE
         sibling = top(imp.module, "patchkit.checks", "patchkit.index")
         return src.startswith("checks/") and top(imp.module, "patchkit") and imp.module not in allowed and not sibling
     if rule == "only render imports rich":
@@ -240,20 +237,23 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("patchkit.render",),  # every output
     ("patchkit.bench",),  # the GPU bench (runs the smoke test's servers)
     ("patchkit.smoke", "patchkit.hostprep"),  # the GPU smoke test; offline bundles and test models
-    ("patchkit.checks",),  # the gates
-    ("patchkit.verify",),  # the gate API and the runner the gates are handed to
+    ("patchkit.verify",),  # the verify runner: the command hands it the gates
     ("patchkit.patchset",),  # the patch-set engine
+    ("patchkit.checks",),  # the gates
+    ("patchkit.verify.api|patchkit.verify.envs|patchkit.verify.cache",),  # the gate API
     ("patchkit.index",),  # the Python index every analysis reads
 )
 
 
 def layer_of(module: str) -> tuple[int, str]:
-    """The module's layer (0 at the top) and its unit there: the package or module the entry names."""
-    for rank, units in enumerate(LAYERS):
-        for unit in units:
-            if top(module, *unit.split("|")):  # one unit: a|b|c
-                return rank, unit
-    return len(LAYERS), "infrastructure"
+    """The module's layer (0 at the top) and its unit there: the package or module the entry names
+    (the longest that holds the module: ``patchkit.verify.api`` is the gate API, not the runner)."""
+    found = [(len(prefix), rank, unit) for rank, units in enumerate(LAYERS) for unit in units
+             for prefix in unit.split("|") if top(module, prefix)]  # one unit: a|b|c
+    if not found:
+        return len(LAYERS), "infrastructure"
+    _, rank, unit = max(found)
+    return rank, unit
 
 
 def upward(imp: Import) -> bool:
@@ -272,11 +272,14 @@ def test_every_import_points_down_the_layers():
 
 
 def test_the_layer_rule_sees_an_upward_or_sideways_import():
-    assert upward(Import("patchkit/patchset/drift.py", "patchkit.verify.api", lazy=True))
+    assert upward(Import("patchkit/patchset/drift.py", "patchkit.verify.run", lazy=True))
     assert upward(Import("patchkit/index/walk.py", "patchkit.patchset.state", lazy=False, typing_only=True))
     assert upward(Import("patchkit/fsutil.py", "patchkit.patchset.transaction", lazy=True))
     assert upward(Import("patchkit/smoke/run.py", "patchkit.hostprep.bundle", lazy=False))  # a sibling
     assert upward(Import("checks/xref.py", "patchkit.render.verify", lazy=False))
+    assert upward(Import("checks/xref.py", "patchkit.patchset.series", lazy=True))  # the gates sit below the engine
+    assert upward(Import("patchkit/verify/envs.py", "patchkit.verify.run", lazy=True))  # the gate API, below the gates
+    assert not upward(Import("checks/xref.py", "patchkit.verify.api", lazy=False))
     assert not upward(Import("patchkit/patchset/drift.py", "patchkit.index.pyindex", lazy=True))
     assert not upward(Import("patchkit/commands/port.py", "patchkit.checks.dispatch", lazy=True))
     assert not upward(Import("patchkit/git.py", "patchkit.fsutil", lazy=False))  # within the infrastructure

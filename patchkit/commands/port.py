@@ -38,7 +38,6 @@ def port_cmd(set_dir: Path | None, to_version: str | None, to_git: str | None, f
     from patchkit.checks import dispatch  # the dispatch gate's scanner runs on both bases
     from patchkit.patchset import port
     from patchkit.render.port import markdown
-    from patchkit.verify.api import VerifyContext
 
     choices: tuple[tuple[Literal["continue", "skip", "abort"], bool], ...] = (
         ("continue", continue_), ("skip", skip), ("abort", abort))
@@ -48,7 +47,7 @@ def port_cmd(set_dir: Path | None, to_version: str | None, to_git: str | None, f
     if not actions and not (to_version or to_git):
         raise click.UsageError("pass --to VERSION or --to-git SHA (or --continue, --skip, --abort)")
 
-    tools = port.Tools(dispatch=dispatch, context=VerifyContext.for_tree, markdown=markdown)
+    tools = port.Tools(dispatch=dispatch, markdown=markdown)
 
     def core(progress: Progress) -> CommandResult:
         if actions:

@@ -33,8 +33,9 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], ju
     First states whether the target is exactly the set applied; then runs every gate (or those named
     with --gate), showing each as it finishes.
     """
-    from patchkit.checks.registry import EACH_PREFIX, GATES, REUSABLE  # the gates, handed to the runner
+    from patchkit.checks.registry import GATES, REUSABLE  # the gates, handed to the runner
     from patchkit.render.verify import VerifyView
+    from patchkit.verify.prefixes import EachPrefix
     from patchkit.verify.run import verify as run_verify
 
     # the command line's settings of a gate's [verify.<gate>] table, over the manifest's
@@ -43,7 +44,8 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], ju
     def core() -> CommandResult:
         with VerifyView(output.progress) as view:
             return run_verify(set_dir, target, gates, junit, registry=GATES, on_gate=view,
-                              allow_drift=allow_drift, extra=EACH_PREFIX if each_prefix else None,
+                              allow_drift=allow_drift, extra={EachPrefix.NAME: EachPrefix(GATES)} if each_prefix
+                              else None,
                               reusable=REUSABLE, overrides=overrides)
 
     run_command("verify", output, core)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Literal
 
 from patchkit import fsutil, paths, proc
 from patchkit import manifest as manifest_mod
@@ -95,12 +95,9 @@ class PortResult(CommandResult):
 
 @dataclass(frozen=True, kw_only=True)
 class Tools:
-    """What the CLI hands the core: the dispatch gate's module (None: no scan), the gate context it
-    scans a tree with (``VerifyContext.for_tree``: the gates sit above the engine), and the markdown
-    renderer."""
+    """What the CLI hands the core: the dispatch gate's module (None: no scan) and the markdown renderer."""
 
     dispatch: ModuleType | None = None
-    context: Callable[[Path, Path, Manifest, str], Any] | None = None
     markdown: Markdown | None = None
 
 
@@ -499,13 +496,15 @@ class _Port:
             self.state.dispatch = json.loads(cached.read_text(encoding="utf-8"))
             self.timings["dispatch scan"] = 0.0
             return
-        assert self.tools.context is not None, "the dispatch scan needs its gate context"
+        from patchkit.verify.api import VerifyContext
+
         man = self.pset.manifest
         roots = [drift.tree_of_commit(self.repo, base["commit"], Path(base["path"]), self.work.path / f"scan-{name}")
                  for name, base in (("old", self.state.old_base), ("new", self.state.new_base))]
         self.say("scanning the dispatch sites of both bases")
         bases = (self.state.old_base["commit"], self.state.new_base["commit"])
-        contexts = [self.tools.context(root, self.src, man, commit) for root, commit in zip(roots, bases, strict=True)]
+        contexts = [VerifyContext.for_tree(root, self.src, man, commit)
+                    for root, commit in zip(roots, bases, strict=True)]
         self.scan_started = time.perf_counter()
         self.scan = drift.SiteScan(self.tools.dispatch, contexts, workers=SCAN_WORKERS)
 

@@ -9,23 +9,23 @@ unused names off (a helper may land before its first caller). A finding is repor
 first prefix where it appears, naming that patch and the last prefix it is still present in.
 
 This is a runner option, not a registered gate: a set that is not meant to be bisectable (v1's
-0005 imports ``ddtree_info``, which only 0008 adds) still passes ``patchkit verify``.
+0005 imports ``ddtree_info``, which only 0008 adds) still passes ``patchkit verify``. It runs as a
+gate (:class:`EachPrefix`) over the registry it is handed, like the runner itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from patchkit.git import Repo, init_repo, quarantine
 from patchkit.patchset.series import load_set
 from patchkit.patchset.staging import StagedPatch, stage_series
-from patchkit.verify.api import Example, Finding, Severity, VerifyContext
+from patchkit.verify.api import Example, Finding, Gate, Severity, VerifyContext
 
 NAME = "each-prefix"
 DESCRIPTION = "every prefix of the series applies, compiles, imports and cross-references"
@@ -81,7 +81,7 @@ def move_to(scratch: Repo, old_tree: str, new_tree: str) -> None:
         target.chmod(0o755 if mode == "100755" else 0o644)
 
 
-def _gate_findings(ctx: VerifyContext, gates: Any) -> list[Finding]:
+def _gate_findings(ctx: VerifyContext, gates: Mapping[str, Gate]) -> list[Finding]:
     out: list[Finding] = []
     for name in PREFIX_GATES:
         if name in gates:
@@ -89,9 +89,21 @@ def _gate_findings(ctx: VerifyContext, gates: Any) -> list[Finding]:
     return out
 
 
-def run(ctx: VerifyContext) -> list[Finding]:
-    from patchkit.checks.registry import GATES  # lazy: the registry imports this module's siblings
+class EachPrefix:
+    """The check as a gate over ``gates`` (the registry the command hands the runner)."""
 
+    NAME = NAME
+    DESCRIPTION = DESCRIPTION
+    EXAMPLES: Sequence[Example] = ()  # exercised on real series in tests/verify/test_each_prefix.py
+
+    def __init__(self, gates: Mapping[str, Gate]):
+        self.gates = gates
+
+    def run(self, ctx: VerifyContext) -> list[Finding]:
+        return run(ctx, self.gates)
+
+
+def run(ctx: VerifyContext, gates: Mapping[str, Gate]) -> list[Finding]:
     repo = Repo(ctx.root)
     base = ctx.base_commit
     verify = {**ctx.manifest.verify}
@@ -108,7 +120,7 @@ def run(ctx: VerifyContext) -> list[Finding]:
                 move_to(scratch, previous, prefix.tree)
                 previous = prefix.tree
                 sub = dataclasses.replace(ctx, root=scratch.path, touched=prefix.touched, manifest=manifest)
-                for finding in _gate_findings(sub, GATES):
+                for finding in _gate_findings(sub, gates):
                     key = (finding.file, finding.message)
                     first.setdefault(key, (prefix, finding))
                     last[key] = prefix
@@ -126,5 +138,3 @@ def run(ctx: VerifyContext) -> list[Finding]:
                                 "every prefix builds"))
     return findings
 
-
-EXAMPLES: tuple[Example, ...] = ()  # exercised on real series in tests/verify/test_each_prefix.py

@@ -177,7 +177,7 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
            reusable: frozenset[str] = frozenset(),
            overrides: Mapping[str, Mapping[str, Any]] | None = None) -> VerifyResult:
     """The core of ``patchkit verify``: check the target, run the selected gates (then the opt-in
-    ``extra`` ones, e.g. checks/prefixes.py for ``--each-prefix``), write the JUnit report.
+    ``extra`` ones, e.g. :class:`patchkit.verify.prefixes.EachPrefix` for ``--each-prefix``), write the JUnit report.
 
     On a target that is exactly the set applied, the gates named in ``reusable`` replay their pass
     from an earlier run on the same inputs (:mod:`patchkit.verify.reuse`). ``overrides`` are the command

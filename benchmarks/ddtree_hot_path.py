@@ -18,7 +18,7 @@ every batch size and budget asked for (default bs 1/16/64 x B 16/64/128/512, bf1
 * the verify forward of a Qwen3-8B-shaped target over bs x (B + 1) tokens: its H200 roofline
   (the goal's yardstick) and, unless --no-verify, a measured forward (random weights, tree mask).
 
-The goal (issue 14): round overhead < 5% of the roofline verify in every cell, eager and graph.
+The goal: round overhead < 5% of the roofline verify in every cell, eager and graph.
 
     python benchmarks/ddtree_hot_path.py --tree PATCHED_TREE --out table.md --json results.json
     python benchmarks/ddtree_hot_path.py --module path/to/ddtree_utils.py --device cpu --quick
@@ -55,8 +55,8 @@ H200_BYTES_PER_S = 4.8e12
 H200_FLOPS_PER_S = 790e12
 
 # Goals of the issues.
-GOAL_OVERHEAD_FRACTION = 0.05  # issue 14: the round < 5% of the roofline verify, every cell
-GOAL_BUILDER_SPEEDUP = 100.0  # issue 8: the builder >= 100x the reference heap at GOAL_CELL
+GOAL_OVERHEAD_FRACTION = 0.05  # the round < 5% of the roofline verify, every cell
+GOAL_BUILDER_SPEEDUP = 100.0  # the builder >= 100x the reference heap at GOAL_CELL
 GOAL_CELL = (64, 128)
 
 STAGES = ("topk", "build", "inputs", "walk")

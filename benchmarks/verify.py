@@ -9,7 +9,7 @@ set). ``--seeded`` uses the DEFECTS table of tests/verify/test_seeded_defects.py
 independent corpus of tests/verify/corpus/ (defects.toml and benign.toml): each entry is realised in
 a copy of the target (tests/verify/corpus/seeding.py) and checked by every gate, pyright and mypy;
 a tool catches an entry when it reports an error the clean tree does not have. Prints markdown
-tables; ``--json FILE`` keeps the raw numbers. Goals (issue 16): warm command <= 2 s, cold static
+tables; ``--json FILE`` keeps the raw numbers. Goals: warm command <= 2 s, cold static
 gates (compile, xref, dispatch) < 5 s on 2 cores, every corpus defect caught, >= 90 % at its own
 file, no finding on the benign edits.
 """
@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "verify"))
 
 from patchkit.checks.registry import GATES  # noqa: E402
-from patchkit.verify import facts  # noqa: E402
+from patchkit.index import files, pyindex  # noqa: E402
 from patchkit.verify.api import Severity, VerifyContext  # noqa: E402
 from patchkit.verify.envs import verify_interpreter  # noqa: E402
 from patchkit.verify.run import build_context, run_gate  # noqa: E402
@@ -61,8 +61,8 @@ def errors_of(findings: Iterable[Any]) -> int:
 
 def forget_memos() -> None:
     """A cold run in a fresh process would have no parsed facts and no tree scan in memory."""
-    facts._MEMORY.clear()
-    facts._SCANS.clear()
+    pyindex._MEMORY.clear()
+    files._SCANS.clear()
 
 
 # ---------------------------------------------------------------- gates

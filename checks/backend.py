@@ -15,7 +15,7 @@ which flag gets an explicit backend, topk, deterministic inference, page size, .
 - its declared ``expect`` values (attention backend, whether TARGET_VERIFY honours a tree mask,
   ``speculative_eagle_topk``, draft and verify widths, overlap, page size, ...) or ``expect_error``;
 - the invariant that a DDTREE configuration that resolves must verify on backends (prefill AND
-  decode) that honour the tree mask, per the ``[tree_mask]`` table (map §3: triton yes, flashinfer
+  decode) that honour the tree mask, per the ``[tree_mask]`` table (triton yes, flashinfer
   yes, fa3 only with topk > 1, trtllm_mha no, ...);
 - the command line: every flag of the family (``[cli] family``, default the xref family) stores
   into a ServerArgs field and defaults like it, and a case with the flag given (``[cli] flags``
@@ -66,9 +66,9 @@ from patchkit.checks._probe.runner import (
     interpreter as _probe_interpreter,
 )
 from patchkit.errors import BadInput, Location
+from patchkit.index import added_lines, settings_from_manifest
 from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import added_lines, settings_from_manifest
 
 NAME = "backend"
 DESCRIPTION = "the tree's ServerArgs resolves DDTREE to tree-mask-safe backends and widths on simulated GPUs"

@@ -48,9 +48,9 @@ from patchkit.checks._probe.runner import (
     tree_relative,
 )
 from patchkit.errors import BadInput, Location
+from patchkit.index import added_lines
 from patchkit.verify import envs
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import added_lines
 
 NAME = "calls"
 DESCRIPTION = "declared calls into the tree's capture, replay and request-gate code behave as DDTREE needs"

@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from patchkit import tomlfile
+from patchkit.index import PyIndex, canonical_expression, scan, settings_from_manifest
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import PyIndex, canonical_expression, scan, settings_from_manifest
 
 NAME = "dispatch"
 DESCRIPTION = "every branch on the speculative algorithm is declared handled, rejected or not applicable"

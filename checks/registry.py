@@ -50,7 +50,3 @@ GATES: Mapping[str, Gate] = LazyGates(GATE_MODULES)
 #: may replay their stored pass (patchkit.verify.reuse says what the key holds). Not ``compile``: it
 #: looks for python3.X on PATH and in pyenv, which none of those inputs pins.
 REUSABLE: frozenset[str] = frozenset({"imports", "xref", "dispatch", "calls", "backend", "tests"})
-
-#: Opt-in gates, run after the registered ones only when asked (``patchkit verify --each-prefix``):
-#: a set need not be bisectable to pass, and the check applies the series once per patch.
-EACH_PREFIX: Mapping[str, Gate] = LazyGates({"each-prefix": "patchkit.checks.prefixes"})

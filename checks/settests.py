@@ -14,8 +14,8 @@ the message. No bytecode or pytest cache is written into the set or the tree.
 
 The same run records which lines of the touched files each test ran (``checks/_tests/coverage.py``):
 every added Python statement no set test runs and no ``[verify.tests.unreachable]`` declaration
-covers is a warning, per patch (an error with ``patchkit verify --strict-coverage``, which sets
-``PATCHKIT_STRICT_COVERAGE=1``, or ``[verify.tests] strict_coverage = true``); when tests fail, the added
+covers is a warning, per patch (an error with ``[verify.tests] strict_coverage = true``, which
+``patchkit verify --strict-coverage`` sets for one run); when tests fail, the added
 lines the failing tests ran and the passing ones did not are ranked (Ochiai) and the top candidates
 are findings at their line.
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -37,11 +38,11 @@ from patchkit.checks._probe.runner import python_names
 from patchkit.checks._tests.coverage import Statements, declarations, ochiai, uncovered
 from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit.errors import BadInput, location
+from patchkit.index import added_lines
 from patchkit.manifest import line_of
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file
 from patchkit.verify.envs import Interpreter, stubs, verify_interpreter
-from patchkit.verify.facts import added_lines
 
 NAME = "tests"
 DESCRIPTION = "the patch set's own tests pass against the patched tree (pytest, CPU)"
@@ -99,6 +100,13 @@ def paths_to_run(set_dir: Path, config: dict[str, Any]) -> list[Path]:
     return [folder for folder in (own, *shared_dirs(set_dir, config)) if folder.is_dir()]
 
 
+def pytest_ini(set_dir: Path, config: dict[str, Any]) -> str:
+    """The run's pytest config: the shared test packages on ``pythonpath``, so a set's conftest loads
+    their fixtures as a plugin (``pytest_plugins = ["core_fixtures"]``)."""
+    shared = "".join(f"\n    {shlex.quote(str(folder))}" for folder in shared_dirs(set_dir, config))
+    return f"[pytest]\npythonpath ={shared}\n" if shared else "[pytest]\n"
+
+
 def run_pytest(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Path | None, config: dict[str, Any],
                selection: list[str] | None = None) -> dict[str, Any]:
     """One pytest run in ``python`` over ``tests`` (recording which tree code each test runs);
@@ -110,9 +118,9 @@ def run_pytest(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Pat
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="patchkit-tests-") as tmp:
         out = Path(tmp) / "results.json"
-        # an empty config of our own: a checkout's pyproject.toml above the set (its addopts, testpaths) must
-        # not decide how the set's tests run
-        (Path(tmp) / "pytest.ini").write_text("[pytest]\n")
+        # a config of our own: a checkout's pyproject.toml above the set (its addopts, testpaths) must not
+        # decide how the set's tests run; the shared test packages are importable by their module names
+        (Path(tmp) / "pytest.ini").write_text(pytest_ini(ctx.set_dir, config))
         targets = [str(ctx.set_dir / nodeid) for nodeid in selection] if selection is not None else [
             str(path) for path in tests]
         args = [python, str(RUNNER), out, str(ctx.root), *targets, "-q", "--tb=short", "-p", "no:cacheprovider",
@@ -324,7 +332,7 @@ def check_config(ctx: VerifyContext) -> None:
 
 
 def strict_coverage(ctx: VerifyContext) -> bool:
-    return os.environ.get("PATCHKIT_STRICT_COVERAGE") == "1" or bool(ctx.gate_config(NAME).get("strict_coverage"))
+    return bool(ctx.gate_config(NAME).get("strict_coverage"))
 
 
 def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]]) -> list[Finding]:

@@ -1,7 +1,7 @@
 """xref: cross-references of the symbol family (``[verify.xref] family``) resolve and fit.
 
 The index covers the files the series touches plus every file under the source root whose bytes
-match the family regex (a prefilter; each hit is parsed once with libcst, facts cached by content
+match the family regex (a prefilter; each hit is parsed once with ``ast``, facts cached by content
 hash). Because any file that defines, imports, calls or reads a family name must contain it, the
 prefilter cannot miss a use of a family symbol.
 
@@ -34,8 +34,7 @@ from typing import Any
 
 from patchkit.checks._xref.model import Model, Ref, bind_problems
 from patchkit.checks._xref.names import AddedCodeRules
-from patchkit.verify.api import Example, Finding, Severity, VerifyContext
-from patchkit.verify.facts import (
+from patchkit.index import (
     PyIndex,
     added_lines,
     module_name,
@@ -44,6 +43,7 @@ from patchkit.verify.facts import (
     scan,
     settings_from_manifest,
 )
+from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 
 NAME = "xref"
 DESCRIPTION = "imports, attributes, calls and self attributes of the symbol family resolve and fit"

@@ -21,7 +21,7 @@ signal.signal(signal.SIGTERM, _interrupt)
 def main() -> None:
     try:
         from patchkit.error_handler import install_signal_handlers
-        from patchkit.patchset.hooks import pause
+        from patchkit.hooks import pause
 
         install_signal_handlers()
         pause("startup")

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from patchkit.errors import BadInput, Location
+from patchkit.hooks import pause
 
 #: Prefix of every temporary file patchkit writes next to a file it replaces.
 TEMP_PREFIX = ".patchkit-tmp-"
@@ -212,8 +213,6 @@ def scratch_dir(what: str) -> Iterator[Path]:
     """A fresh folder ``patchkit-<what>-<pid>-XXXX`` in the temporary directory, removed on exit even
     when a signal arrives then (the removal runs with signals held). Folders an earlier process left
     (killed with -9, say: nothing could remove them) are removed first, once their process is gone."""
-    from patchkit.patchset.hooks import pause
-
     prefix = f"{SCRATCH_PREFIX}{what}-"
     remove_orphans(prefix)
     path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))

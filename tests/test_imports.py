@@ -1,17 +1,23 @@
-"""The layout's import rules, read off the source with ``ast`` (eager and lazy imports alike; imports
-under ``if TYPE_CHECKING:`` are for the type checker only and are not counted):
+"""The layout's import rules, read off the source with ``ast`` (eager and lazy imports alike).
 
-1. only ``patchkit/cli.py`` (the composition root) imports the gates (``checks/``, the package
-   ``patchkit.checks``) or ``patchkit.render``;
-2. ``checks`` imports from patchkit only the gate API (``patchkit.verify.{api,envs,cache,facts}``) and
-   the infrastructure modules;
+Every import points down the layers (:data:`LAYERS`, top first): the commands, then what prints, then
+the GPU runs and host preparation, the verify runner, the patch-set engine, the gates, the gate API,
+the Python index, and the infrastructure at the bottom. A module imports its own package and the layers below it, never
+a layer above or a sibling package of its own layer; the rule counts imports under ``if TYPE_CHECKING:``
+too (a type needed from above belongs lower down).
+
+And, within that order:
+
+1. only the commands (``patchkit/cli.py``, ``patchkit/commands/``: the composition root) import the
+   gates (``checks/``, the package ``patchkit.checks``) or ``patchkit.render``;
+2. ``checks`` imports from patchkit only the gate API (``patchkit.verify.{api,envs,cache}``), the index
+   and the infrastructure modules;
 3. only ``patchkit/render/`` imports rich;
 4. ``patchkit/smoke/`` imports nothing of the engine but ``patchkit.patchset.state``;
 
 and three that keep the packages apart: ``patchkit.verify.api`` imports nothing else of verify, only
-``patchkit/git.py`` imports gitpython, and the modules of patchkit import each other without a cycle.
-The cycle rule counts the ``TYPE_CHECKING`` imports too: a module that needs another's type for an
-annotation while that one imports it back is a cycle all the same (the type belongs below both).
+``patchkit/git.py`` imports gitpython, and the modules of patchkit import each other without a cycle
+(the cycle rule counts the ``TYPE_CHECKING`` imports too). The other rules read the imports that run.
 """
 
 from __future__ import annotations
@@ -28,10 +34,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 INFRASTRUCTURE = {"patchkit", "patchkit.errors", "patchkit.proc", "patchkit.tomlfile", "patchkit.manifest",
                   "patchkit.results", "patchkit.git"}
-GATE_API = {"patchkit.verify.api", "patchkit.verify.envs", "patchkit.verify.cache", "patchkit.verify.facts"}
-#: A gate that needs more than the gate API, and why. `--each-prefix` rebuilds the tree patch by patch,
-#: so it reads the series and stages trees the way apply does (one reader, one stager, not a copy).
-GATE_EXTRAS = {"checks/prefixes.py": {"patchkit.patchset.series", "patchkit.patchset.staging"}}
+GATE_API = {"patchkit.verify.api", "patchkit.verify.envs", "patchkit.verify.cache"}
 #: Ratchet: modules still importing gitpython directly, each with the change that removes it.
 GITPYTHON_LEFT: dict[str, str] = {}
 
@@ -122,15 +125,19 @@ def offenders(rule: str) -> list[str]:
             if _breaks(rule, imp)]
 
 
+def is_command(source: str) -> bool:
+    return source == "patchkit/cli.py" or source.startswith("patchkit/commands/")
+
+
 def _breaks(rule: str, imp: Import) -> bool:
     src = imp.source
     if rule == "composition root":
         in_render = src.startswith("patchkit/render/")
         wanted = top(imp.module, "checks", "patchkit.checks") or (top(imp.module, "patchkit.render") and not in_render)
-        return wanted and src.startswith("patchkit/") and src != "patchkit/cli.py"
+        return wanted and src.startswith("patchkit/") and not is_command(src)
     if rule == "checks use the gate API":
-        allowed = GATE_API | INFRASTRUCTURE | GATE_EXTRAS.get(src, set())
-        sibling = top(imp.module, "patchkit.checks")
+        allowed = GATE_API | INFRASTRUCTURE
+        sibling = top(imp.module, "patchkit.checks", "patchkit.index")
         return src.startswith("checks/") and top(imp.module, "patchkit") and imp.module not in allowed and not sibling
     if rule == "only render imports rich":
         return top(imp.module, "rich") and not src.startswith("patchkit/render/")
@@ -154,7 +161,8 @@ def test_the_rules_see_a_breach():
     """The reader is not blind: a lazy import of checks from the runner would be caught."""
     breach = Import("patchkit/verify/run.py", "patchkit.checks.registry", lazy=True)
     assert _breaks("composition root", breach)
-    assert not _breaks("composition root", Import("patchkit/cli.py", "patchkit.checks.registry", lazy=True))
+    assert not _breaks("composition root", Import("patchkit/commands/verify.py", "patchkit.checks.registry",
+                                                  lazy=True))
     assert _breaks("checks use the gate API", Import("checks/xref.py", "patchkit.patchset.apply", lazy=False))
     assert _breaks("only render imports rich", Import("patchkit/cli.py", "rich.console", lazy=False))
 
@@ -216,8 +224,65 @@ def test_importing_the_cli_loads_only_the_composition_root():
     """Core modules load inside the commands: ``patchkit --help`` imports none of them."""
     code = "import sys, patchkit.cli; print(' '.join(sorted(m for m in sys.modules if m.startswith('patchkit'))))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
-    assert set(done.stdout.split()) <= {"patchkit", "patchkit.cli", "patchkit.error_handler", "patchkit.errors",
-                                       "patchkit.render", "patchkit.results"}
+    loaded = {name for name in done.stdout.split() if not name.startswith("patchkit.commands.")}
+    assert loaded <= {"patchkit", "patchkit.cli", "patchkit.commands", "patchkit.error_handler", "patchkit.errors",
+                      "patchkit.render", "patchkit.results"}
+
+
+#: The layers, top first: each entry names the packages (or modules) of one layer. What no entry names
+#: is infrastructure, the bottom layer (errors, proc, git, fsutil, manifest, paths, results, ...).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("patchkit.testing",),  # helpers for tests: they run the CLI
+    ("patchkit.__main__|patchkit.cli|patchkit.commands",),  # the commands: the composition root
+    ("patchkit.render",),  # every output
+    ("patchkit.bench",),  # the GPU bench (runs the smoke test's servers)
+    ("patchkit.smoke", "patchkit.hostprep"),  # the GPU smoke test; offline bundles and test models
+    ("patchkit.verify",),  # the verify runner: the command hands it the gates
+    ("patchkit.patchset",),  # the patch-set engine
+    ("patchkit.checks",),  # the gates
+    ("patchkit.verify.api|patchkit.verify.envs|patchkit.verify.cache",),  # the gate API
+    ("patchkit.index",),  # the Python index every analysis reads
+)
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """The module's layer (0 at the top) and its unit there: the package or module the entry names
+    (the longest that holds the module: ``patchkit.verify.api`` is the gate API, not the runner)."""
+    found = [(len(prefix), rank, unit) for rank, units in enumerate(LAYERS) for unit in units
+             for prefix in unit.split("|") if top(module, prefix)]  # one unit: a|b|c
+    if not found:
+        return len(LAYERS), "infrastructure"
+    _, rank, unit = max(found)
+    return rank, unit
+
+
+def upward(imp: Import) -> bool:
+    """An import of a layer above the source's, or of a sibling package in the same layer."""
+    source = module_of(REPO / imp.source)
+    if not top(imp.module, "patchkit") or imp.module == "patchkit":
+        return False
+    (from_rank, from_unit), (to_rank, to_unit) = layer_of(source), layer_of(imp.module)
+    return to_rank < from_rank or (to_rank == from_rank and to_unit != from_unit)
+
+
+def test_every_import_points_down_the_layers():
+    breaches = [f"{imp.source} imports {imp.module}" + (" (for types)" if imp.typing_only else "")
+                for imp in ALL_IMPORTS if upward(imp)]
+    assert breaches == []
+
+
+def test_the_layer_rule_sees_an_upward_or_sideways_import():
+    assert upward(Import("patchkit/patchset/drift.py", "patchkit.verify.run", lazy=True))
+    assert upward(Import("patchkit/index/walk.py", "patchkit.patchset.state", lazy=False, typing_only=True))
+    assert upward(Import("patchkit/fsutil.py", "patchkit.patchset.transaction", lazy=True))
+    assert upward(Import("patchkit/smoke/run.py", "patchkit.hostprep.bundle", lazy=False))  # a sibling
+    assert upward(Import("checks/xref.py", "patchkit.render.verify", lazy=False))
+    assert upward(Import("checks/xref.py", "patchkit.patchset.series", lazy=True))  # the gates sit below the engine
+    assert upward(Import("patchkit/verify/envs.py", "patchkit.verify.run", lazy=True))  # the gate API, below the gates
+    assert not upward(Import("checks/xref.py", "patchkit.verify.api", lazy=False))
+    assert not upward(Import("patchkit/patchset/drift.py", "patchkit.index.pyindex", lazy=True))
+    assert not upward(Import("patchkit/commands/port.py", "patchkit.checks.dispatch", lazy=True))
+    assert not upward(Import("patchkit/git.py", "patchkit.fsutil", lazy=False))  # within the infrastructure
 
 
 def test_in_a_checkout_the_gates_import_only_as_patchkit_checks():

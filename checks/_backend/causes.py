@@ -1,5 +1,5 @@
 """The changed line behind a failing backend case when no run-time assignment of the set made the
-refused value (issue 22): the probe's trace-back follows values assigned while a case resolves, so two
+refused value: the probe's trace-back follows values assigned while a case resolves, so two
 kinds of cause stay invisible to it.
 
 - **A class-level default** the set adds (``speculative_ddtree_topk_cap: Optional[int] = 1``): the

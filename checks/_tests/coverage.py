@@ -1,4 +1,4 @@
-"""Added-line coverage and the spectrum-based locator of the tests gate (issue 22).
+"""Added-line coverage and the spectrum-based locator of the tests gate.
 
 The runner records, per test (and for collection and wide fixtures), which lines of the touched files
 ran (``PATCHKIT_COVER_FILES``). A line counts by its *statement*: Python reports a multi-line

@@ -1,4 +1,4 @@
-"""xref's field rules (issue 22): the fields of a configuration record such as SGLang's ``ServerArgs``,
+"""xref's field rules: the fields of a configuration record such as SGLang's ``ServerArgs``,
 however the release declares and assigns them, and the keys of dicts the set builds.
 
 A *field class* is declared in the manifest (``[verify.xref.fields]``)::

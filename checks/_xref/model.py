@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from patchkit.verify.facts import PyIndex
+from patchkit.index import PyIndex
 
 # Decorators that keep a function's call signature.
 SIGNATURE_SAFE_DECORATORS = frozenset({

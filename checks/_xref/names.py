@@ -1,4 +1,4 @@
-"""xref's rules for names OUTSIDE the symbol family, in the code the series adds (issue 16, class 6).
+"""xref's rules for names OUTSIDE the symbol family, in the code the series adds.
 
 The family rules follow DDTREE/DDTree/ddtree names everywhere; these follow every attribute, but
 only on the lines the series adds or changes (``facts.added_lines``), so the base's own code, which

@@ -12,7 +12,8 @@ set (else a temporary directory, whose path is printed).
 1. preflight: versions, the module's sha256, then every fused entry point once on small CUDA
    inputs against the torch path (the module imported again with SGLANG_DDTREE_TRITON=0); a
    kernel that fails to compile or differs is named here, before the tests' noise;
-2. the set's tests on CUDA (tests/integration left out), in parallel with pytest-xdist, while
+2. the set's tests on CUDA (the integration tests left out: tests/integration and the shared
+   ddtree_worker_v2_tests, which import the tree's own sglang), in parallel with pytest-xdist, while
    ``benchmarks/ddtree_hot_path.py --warm-only`` compiles the benchmark's kernel variants;
 3. the hot-path benchmark (bs 1/16/64 x B 16/64/128/512 by default; ``--sweep`` unless
    ``--no-sweep``), which prints the goal lines (round < 5% of the roofline verify per cell);
@@ -332,9 +333,14 @@ def shared_tests(set_dir: Path) -> list[Path]:
     return [(set_dir / rel).resolve() for rel in manifest.get("verify", {}).get("tests", {}).get("shared", [])]
 
 
+#: Shared test folders that import the tree's own sglang (integration tests, like a set's tests/integration).
+INTEGRATION_SHARED = ("ddtree_worker_v2_tests",)
+
+
 def test_command(set_dir: Path, workers: int, out_dir: Path) -> tuple[list[str], str]:
     tests = set_dir / "tests"
-    command = [sys.executable, "-m", "pytest", str(tests), *map(str, shared_tests(set_dir)), "-q", "-rs",
+    shared = [folder for folder in shared_tests(set_dir) if folder.name not in INTEGRATION_SHARED]
+    command = [sys.executable, "-m", "pytest", str(tests), *map(str, shared), "-q", "-rs",
                "-p", "no:cacheprovider",
                "--ignore", str(tests / "integration"), "--junitxml", str(out_dir / "tests.xml")]
     note = ""

@@ -204,3 +204,4 @@ def test_the_tests_step_runs_the_shared_core_tests_with_the_sets_own(tmp_path):
     set_dir = REPO_ROOT / "ddtree_patches" / "v2"
     command, _ = checker.test_command(set_dir, 1, tmp_path)
     assert command[3:5] == [str(set_dir / "tests"), str(REPO_ROOT / "ddtree_patches" / "common" / "ddtree_utils_tests")]
+    assert command[5] == "-q"  # the shared DDTreeWorkerV2 tests are integration tests: left out on the GPU host

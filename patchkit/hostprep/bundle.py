@@ -627,7 +627,7 @@ def build_bundle(*, out: Path, requirements: tuple[str, ...], freeze: Path | Non
     versions.update(dict(parse_have(pin) for pin in have))
     host, excluded = HostPackages(versions), {canonical(e) for e in exclude}
     if profile:
-        from patchkit.patchset.base import resolve_set
+        from patchkit.paths import resolve_set
 
         set_manifest = manifest_mod.load(resolve_set(set_dir), with_lock=False)
         plan = _plan_profile(load_profile(set_manifest, profile), set_manifest, host, target, tree, check_imports,

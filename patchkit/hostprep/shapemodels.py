@@ -1,7 +1,7 @@
 """``patchkit testmodels --shape NAME``: random bf16 weights at a real model's shape, target and DFlash
 draft in the same formats as the tiny test models (``config.json`` + ``model.safetensors``).
 
-Acceptance on random weights means nothing; what a round costs does (issue 18: measure ms per round at
+Acceptance on random weights means nothing; what a round costs does (measure ms per round at
 the real shape, then project with a published acceptance table, ``patchkit bench --acceptance``).
 
 Written fast: each tensor is drawn on the GPU when torch sees one (else on the CPU), moved to the host
@@ -50,7 +50,7 @@ class Shape:
 
 
 SHAPES = {
-    # Qwen3-8B's config.json; issue 18's draft: 2 DFlash layers, block 16.
+    # Qwen3-8B's config.json; the draft: 2 DFlash layers, block 16.
     "qwen3-8b": Shape(layers=36, hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=12288, vocab=151936),
     "qwen3-1.7b": Shape(layers=28, hidden=2048, heads=16, kv_heads=8, head_dim=128, intermediate=6144, vocab=151936,
                         tie_word_embeddings=True),

@@ -23,8 +23,8 @@ from typing import Literal
 
 from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput
 from patchkit.git import Repo, identity_env, open_repo
+from patchkit.hooks import pause
 from patchkit.patchset import staging, transaction
-from patchkit.patchset.hooks import pause
 from patchkit.patchset.series import PatchSet, load_set, message_with_trailers
 from patchkit.patchset.staging import Conflict, ConflictError, Progress, StagedPatch
 from patchkit.patchset.state import DriftEntry, TargetState, drift_entries, inspect

@@ -48,15 +48,11 @@ class BaseResult(CommandResult):
     downloaded: bool = False  # True when pip downloaded the wheel in this call
 
 
-#: The default base tree of a set (kept here under its old name; the definition lives in paths).
-default_dest = paths.default_target
-
-
 def fetch(
     manifest: Manifest, dest: Path | None = None, from_git: Path | None = None, progress: Progress | None = None
 ) -> BaseResult:
-    """Provide the base tree at ``dest`` (default :func:`default_dest`); reuse it when present."""
-    dest = Path(dest) if dest else default_dest(manifest)
+    """Provide the base tree at ``dest`` (default :func:`patchkit.paths.default_target`); reuse it when present."""
+    dest = Path(dest) if dest else paths.default_target(manifest)
     key = hashlib.sha256(str(dest.absolute()).encode()).hexdigest()[:16]
     with fsutil.file_lock(paths.locks_dir() / f"tree-{key}.lock", what=f"the base tree {dest}",
                           holder=f"another patchkit base fetch (pid {os.getpid()})", on_wait=progress):
@@ -246,11 +242,6 @@ def _fetch_git(manifest: Manifest, dest: Path, from_git: Path | None) -> BaseRes
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return _result(dest, "git", commit, Repo(dest).tree_of(commit), cached=False)
-
-
-#: CLI defaults, kept here for callers that import them from base (they live in paths).
-resolve_set = paths.resolve_set
-locate = paths.locate
 
 
 def fetch_for_set(

@@ -362,7 +362,7 @@ PARALLEL_SCAN_BYTES = 512 * 1024
 
 def _warm_facts(batch: list[tuple[str, str]], manifest: Manifest, cache_dir: Path) -> int:
     """Parse ``(root, rel)`` files into the gates' facts cache (keyed by content: the scan then only reads)."""
-    from patchkit.verify.facts import PyIndex, settings_from_manifest  # lazy: loads libcst
+    from patchkit.index import PyIndex, settings_from_manifest  # lazy: the index parses with ast
 
     settings = settings_from_manifest(manifest)
     indexes: dict[str, PyIndex] = {}
@@ -384,7 +384,7 @@ def _balanced(files: list[tuple[str, str, int]], workers: int) -> list[list[tupl
 
 def _distinct_candidates(contexts: list[Any]) -> list[tuple[str, str, int]]:
     """``(root, rel, size)`` of every file the scanner will parse, one per distinct content."""
-    from patchkit.verify.facts import scan, settings_from_manifest  # lazy: loads libcst
+    from patchkit.index import scan, settings_from_manifest  # lazy: the index parses with ast
 
     seen: set[str] = set()
     files = []
@@ -401,7 +401,7 @@ def _distinct_candidates(contexts: list[Any]) -> list[tuple[str, str, int]]:
 class SiteScan:
     """The dispatch gate's scanner (``collect_sites``) on several trees.
 
-    libcst is the cost (seconds per megabyte on a cold cache), so on trees the size of SGLang's the
+    Parsing is the cost on a cold cache, so on trees the size of SGLang's the
     candidate files of all trees, each distinct content once, are parsed into the gates' facts cache
     by worker processes in batches of equal bytes, next to the replay; ``collect_sites`` then only
     reads facts. Small trees are scanned in-process when the results are asked for.

@@ -41,12 +41,12 @@ from patchkit import fsutil, paths, proc
 from patchkit import manifest as manifest_mod
 from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput, Interrupted, Location
 from patchkit.git import Repo
+from patchkit.hooks import pause
 from patchkit.manifest import GitBase, Manifest, PypiBase
 from patchkit.patchset import base as base_mod
 from patchkit.patchset import drift, refresh, replay, transaction
 from patchkit.patchset.apply import build_commits
 from patchkit.patchset.drift import BaseInfo, PatchDrift, PatchStatus, PortReport
-from patchkit.patchset.hooks import pause
 from patchkit.patchset.portstate import (
     SKIPPED_NAMES,
     PatchRecord,
@@ -469,7 +469,7 @@ class _Port:
     # ---------------------------------------------------------------- the report
     def scan_cache(self) -> Path:
         """Where the site changes between these two bases, for this set's scanner settings, are kept."""
-        from patchkit.verify.facts import settings_from_manifest
+        from patchkit.index import settings_from_manifest
 
         assert self.tools.dispatch is not None
         declarations = self.declarations()
@@ -503,8 +503,7 @@ class _Port:
                  for name, base in (("old", self.state.old_base), ("new", self.state.new_base))]
         self.say("scanning the dispatch sites of both bases")
         bases = (self.state.old_base["commit"], self.state.new_base["commit"])
-        contexts = [VerifyContext(root=root, set_dir=self.src, manifest=man, base_commit=commit, touched=(),
-                                  cache_dir=paths.verify_cache_dir().resolve(), env_dir=paths.envs_dir().resolve())
+        contexts = [VerifyContext.for_tree(root, self.src, man, commit)
                     for root, commit in zip(roots, bases, strict=True)]
         self.scan_started = time.perf_counter()
         self.scan = drift.SiteScan(self.tools.dispatch, contexts, workers=SCAN_WORKERS)

@@ -54,11 +54,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchkit import error_handler, fsutil, paths
+from patchkit import error_handler, fsutil, hooks, paths
 from patchkit.errors import BadInput, Internal, Interrupted, Location
 from patchkit.git import GitFailed, Quarantine, Repo, quarantine
-from patchkit.patchset import hooks
-from patchkit.patchset.hooks import pause
+from patchkit.hooks import pause
 
 JOURNAL_NAME = "patchkit-apply.json"
 LOCK_NAME = "patchkit.lock"

@@ -64,10 +64,21 @@ class VerifyContext:
     cache_dir: Path  # gate result cache, keyed by content hashes
     env_dir: Path  # where isolated environments are created and cached
     progress: Callable[[str], None] = field(default=_silent, compare=False, repr=False)  # slow steps say what they do
+    #: the command line's settings of a gate's table, over the manifest's (``--strict-coverage``:
+    #: ``{"tests": {"strict_coverage": True}}``)
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def for_tree(cls, root: Path, set_dir: Path, manifest: Manifest, base_commit: str) -> VerifyContext:
+        """A context for scanning a whole tree (no touched files), with the per-user caches."""
+        from patchkit import paths
+
+        return cls(root=root, set_dir=set_dir, manifest=manifest, base_commit=base_commit, touched=(),
+                   cache_dir=paths.verify_cache_dir().resolve(), env_dir=paths.envs_dir().resolve())
 
     def gate_config(self, gate: str) -> dict[str, Any]:
-        """The manifest's ``[verify.<gate>]`` table (empty when absent)."""
-        return self.manifest.verify_table(gate)
+        """The manifest's ``[verify.<gate>]`` table (empty when absent), with the command line's settings."""
+        return {**self.manifest.verify_table(gate), **self.overrides.get(gate, {})}
 
 
 class Gate(Protocol):

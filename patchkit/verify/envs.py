@@ -6,7 +6,7 @@ An environment is declared in the manifest's ``[verify.env]`` table::
     python = "3.11"                       # base interpreter version (default: the running one)
     packages = ["torch==2.13.0", "numpy==2.4.6", ...]   # exact pins, installed with pip
     pip_args = []                         # extra pip arguments, e.g. an extra index
-    stubs_dir = "verify/stubs"            # set-relative folder of stub packages (optional)
+    stubs_dir = "../common/stubs"         # set-relative folder of stub packages (optional)
 
     [verify.env.stubs]                    # every stub package, with the reason it is needed
     torchvision = "PyPI torchvision does not load beside torch 2.13.0+cpu; sglang only needs ..."

@@ -13,8 +13,9 @@ The key, :func:`inputs_key`:
 * the set directory, every file (manifest, patches, expectations, declarations, the set's tests),
   and the stubs folder where it lies outside the set;
 * patchkit's own code (every file of the package but the bundled sets): an edited gate misses;
-* the interpreter running patchkit, the environments and cache folders, and every ``PATCHKIT_*``
-  variable (``PATCHKIT_VERIFY_PYTHON`` picks another interpreter for the probes).
+* the interpreter running patchkit, the environments and cache folders, every ``PATCHKIT_*``
+  variable (``PATCHKIT_VERIFY_PYTHON`` picks another interpreter for the probes), and the command
+  line's settings of the gates' tables (``--strict-coverage``).
 
 Only passes are stored: a failure, a crash or a timeout is computed again every run, so nothing
 transient can stick. Gates opt in by name (``checks.registry.REUSABLE``): the ones whose result is a
@@ -69,7 +70,8 @@ def inputs_key(ctx: VerifyContext, tree: str) -> str:
     variables = sorted((k, v) for k, v in os.environ.items() if k.startswith("PATCHKIT_"))
     return key_of(NAMESPACE, FORMAT, tree, str(ctx.root), folder_digest(set_dir),
                   folder_digest(outside) if outside and outside.is_dir() else None, code_digest(),
-                  sys.version, sys.executable, str(ctx.env_dir), str(ctx.cache_dir), variables)
+                  sys.version, sys.executable, str(ctx.env_dir), str(ctx.cache_dir), variables,
+                  {gate: dict(settings) for gate, settings in sorted(ctx.overrides.items())})
 
 
 def _stored(finding: Finding) -> dict[str, Any]:

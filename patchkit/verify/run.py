@@ -144,12 +144,10 @@ def check_junit_path(junit: Path) -> None:
                        hint="pass a path in a writable directory") from None
 
 
-def build_context(set_dir: Path | None, target: Path | None,
-                  progress: Callable[[str], None] | None = None) -> VerifyContext:
+def build_context(set_dir: Path | None, target: Path | None, progress: Callable[[str], None] | None = None,
+                  overrides: Mapping[str, Mapping[str, Any]] | None = None) -> VerifyContext:
     """Resolve defaults, read the manifest, find the touched files."""
-    from patchkit.patchset.base import locate  # the CLI defaults: newest set, the tree `patchkit apply` made
-
-    set_dir, root = (p.resolve() for p in locate(set_dir, target))
+    set_dir, root = (p.resolve() for p in paths.locate(set_dir, target))  # the defaults: newest set, apply's tree
     manifest = manifest_mod.load(set_dir)
     if not root.is_dir():
         raise BadInput(f"target {root} does not exist", hint="run patchkit apply first, or pass --target")
@@ -157,7 +155,8 @@ def build_context(set_dir: Path | None, target: Path | None,
     # the per-user cache, shared by every checkout (an environment is about 2.4 GB)
     return VerifyContext(root=root, set_dir=set_dir, manifest=manifest, base_commit=base,
                          touched=touched, cache_dir=paths.verify_cache_dir().resolve(),
-                         env_dir=paths.envs_dir().resolve(), progress=progress or (lambda text: None))
+                         env_dir=paths.envs_dir().resolve(), progress=progress or (lambda text: None),
+                         overrides=dict(overrides or {}))
 
 
 def check_gate_configs(ctx: VerifyContext, registry: Mapping[str, Gate], wanted: Sequence[str]) -> None:
@@ -175,18 +174,20 @@ def check_gate_configs(ctx: VerifyContext, registry: Mapping[str, Gate], wanted:
 def verify(set_dir: Path | None = None, target: Path | None = None, gates: Sequence[str] = (),
            junit: Path | None = None, *, registry: Mapping[str, Gate], on_gate: GateProgress | None = None,
            allow_drift: bool = False, extra: Mapping[str, Gate] | None = None,
-           reusable: frozenset[str] = frozenset()) -> VerifyResult:
+           reusable: frozenset[str] = frozenset(),
+           overrides: Mapping[str, Mapping[str, Any]] | None = None) -> VerifyResult:
     """The core of ``patchkit verify``: check the target, run the selected gates (then the opt-in
-    ``extra`` ones, e.g. checks/prefixes.py for ``--each-prefix``), write the JUnit report.
+    ``extra`` ones, e.g. :class:`patchkit.verify.prefixes.EachPrefix` for ``--each-prefix``), write the JUnit report.
 
     On a target that is exactly the set applied, the gates named in ``reusable`` replay their pass
-    from an earlier run on the same inputs (:mod:`patchkit.verify.reuse`)."""
+    from an earlier run on the same inputs (:mod:`patchkit.verify.reuse`). ``overrides`` are the command
+    line's settings of gates' ``[verify.<gate>]`` tables (:attr:`VerifyContext.overrides`)."""
     start = time.perf_counter()
     select_gates(registry, gates)  # refuse unknown names before any work
     if junit:
         check_junit_path(junit)
     on_gate = on_gate or _Silent()
-    ctx = build_context(set_dir, target, on_gate.note)
+    ctx = build_context(set_dir, target, on_gate.note, overrides)
     target_check = check_target(ctx, allow_drift=allow_drift)
     check_gate_configs(ctx, registry, gates)
     tree = tree_identity(ctx.root) if target_check.exact and reusable else None

@@ -102,7 +102,7 @@ def test_the_shipped_paper_table_and_its_projection():
     assert table.chain == 7.79 and table.tree == {16: 8.61, 32: 9.27, 64: 9.75, 128: 10.20, 256: 10.43,
                                                    512: 10.73, 1024: 10.98}
     assert "2604.12989" in table.source
-    # Issue 18's hand-measured Qwen3-8B-shape round costs give its projection: 0.73x (B=16), 0.92x (B=64).
+    # Hand-measured Qwen3-8B-shape round costs give this projection: 0.73x (B=16), 0.92x (B=64).
     rows = {r.variant: r for r in project([("baseline", "baseline", None, 1, 5.11), ("dflash", "chain", None, 1, 11.01),
                                            ("ddtree-b16", "tree", 16, 1, 16.59), ("ddtree-b64", "tree", 64, 1, 15.03)],
                                           table)}

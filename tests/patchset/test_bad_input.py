@@ -1,5 +1,4 @@
-"""Issue 13, item 6: inputs that used to crash with exit 3 and a bare exception are exit 2 naming the
-file and line. (The read-only and immutable targets are in test_recovery.py, concurrent applies in
+"""Bad input is exit 2 with a message naming the file and line, never exit 3 and a bare exception. (The read-only and immutable targets are in test_recovery.py, concurrent applies in
 test_locks_and_home.py; `verify --junit` belongs to the verify tests.)"""
 
 from __future__ import annotations

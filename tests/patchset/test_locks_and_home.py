@@ -1,4 +1,4 @@
-"""Issue 13, item 4: one patchkit at a time per target; one home per checkout; shared caches; clean."""
+"""One patchkit at a time per target; one home per checkout; shared caches; clean."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 13, item 8: kill apply and refresh at random points, edit the tree, and check that no user
+"""Kill apply and refresh at random points, edit the tree, and check that no user
 byte is ever lost.
 
 Each round takes a fresh target, starts a real ``patchkit apply`` (or ``refresh``), stops it with a

@@ -1,4 +1,4 @@
-"""Issue 13, items 2 and 3: recovery never discards user changes; the work-tree update cannot fail
+"""Recovery never discards user changes; the work-tree update cannot fail
 half way; lock files patchkit did not create are never deleted.
 
 Each test kills or blocks a real `patchkit apply` process at a named step, changes the tree the way a
@@ -36,7 +36,7 @@ def killed_at(fx, step: str) -> None:
 
 # ---------------------------------------------------------------------- item 2
 def test_recovery_when_the_ref_had_not_moved_touches_nothing_and_keeps_edits(fx):
-    """Regression (high 2): kill -9 at the journal step, then a user edit: status used to reset --hard."""
+    """kill -9 at the journal step, then a user edit: status keeps the edit (no reset --hard)."""
     killed_at(fx, "journal")
     assert fx.head() == fx.base_commit
     (fx.target / SERIES_FILE).write_text("my edit of a file the series changes\n")
@@ -97,7 +97,7 @@ def test_recovery_part_way_through_the_file_writes_finishes_them(fx, tmp_path):
 
 
 def test_recovery_never_deletes_an_index_lock_it_did_not_create(fx):
-    """Regression (high 3, second half): status used to delete a foreign .git/index.lock and reset."""
+    """status neither deletes a foreign .git/index.lock nor resets."""
     killed_at(fx, "ref-moved")
     lock = fx.target / ".git" / "index.lock"
     lock.write_bytes(b"another git's lock")
@@ -113,7 +113,7 @@ def test_recovery_never_deletes_an_index_lock_it_did_not_create(fx):
 
 # ---------------------------------------------------------------------- item 3
 def test_a_foreign_index_lock_is_refused_before_anything_moves(fx):
-    """Regression (high 3): the branch used to move, then read-tree failed, leaving a half update."""
+    """A foreign index lock is refused before the branch moves: no half update (branch moved, read-tree failed)."""
     lock = fx.target / ".git" / "index.lock"
     lock.write_bytes(b"")
     before, objects = helpers.tree_snapshot(fx.target), helpers.object_files(fx.target)
@@ -213,7 +213,7 @@ def test_a_linked_worktree_target_applies_and_recovers(fx, tmp_path):
 
 
 def test_autocrlf_and_eol_attributes_of_the_target_do_not_change_the_bytes(fx):
-    """Regression: core.autocrlf=true used to make a fresh apply drift on every file."""
+    """core.autocrlf=true in the target does not make a fresh apply drift on every file."""
     repo = fx.repo()
     repo.run("config", "core.autocrlf", "true")  # the target's own config, which git reads
     (fx.target / ".git" / "info").mkdir(exist_ok=True)

@@ -1,4 +1,4 @@
-"""Issue 13, item 1: refresh never removes patches implicitly, writes the set as one transaction, and
+"""Refresh never removes patches implicitly, writes the set as one transaction, and
 says exactly what it wrote."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def applied(fx):
 
 
 def test_refresh_of_a_fresh_base_is_refused_and_the_set_is_untouched(fx):
-    """Regression (high 1): `base fetch && refresh` deleted every patch, emptied series and lock, exit 0."""
+    """`base fetch && refresh` is refused: it would delete every patch and empty series and lock."""
     before = helpers.set_snapshot(fx.set_dir)
     code, doc = refresh(fx)
     assert code == 2, doc
@@ -106,7 +106,7 @@ def _expected_set(fx, tmp_path):
 
 
 def test_kill_9_after_the_set_journal_is_rolled_forward_by_the_next_reader(fx, tmp_path):
-    """Regression (medium): kill -9 during refresh left patches written and the lock not."""
+    """kill -9 during refresh, after the set journal: the next reader rolls the write forward (patches and lock)."""
     _new_commit(fx)
     expected = _expected_set(fx, tmp_path)
     proc = helpers.start_paused("refresh", "--set", str(fx.set_dir), "--target", str(fx.target), step="set-renamed-1")

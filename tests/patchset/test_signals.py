@@ -1,4 +1,4 @@
-"""Issue 13, item 5: Ctrl-C as a terminal sends it (to the whole process group) and SIGTERM at any
+"""Ctrl-C as a terminal sends it (to the whole process group) and SIGTERM at any
 moment end in exit 130 with the documented message and a tree that is the base or fully patched.
 
 The apply runs in its own session, as a terminal's foreground job; ``os.killpg`` then reaches the

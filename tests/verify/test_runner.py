@@ -122,8 +122,8 @@ def test_touched_files_cover_commits_edits_and_new_files_but_not_deletions_or_by
 
 
 def test_upstream_history_below_a_git_base_is_not_touched(tmp_path):
-    """The regression of the root-commit base: a clone of upstream has history below the pinned
-    commit, and every file of it used to count as touched (30 instead of 1 in the reproduction)."""
+    """A git base below which upstream has history (a clone): only the files the series touches count
+    as touched (1 of the 30), not every file of that history."""
     modules = {f"python/m{i}.py": f"X = {i}\n" for i in range(30)}
     root, base = make_tree(tmp_path / "t", modules, {"python/m1.py": "X = 'patched'\n"})
     set_dir = tmp_path / "set"

@@ -7,7 +7,7 @@ byte-for-byte what ``patchkit apply`` of the edited set writes), run the row's g
 require an error finding naming the expected file and line, with the row's message fragment. The
 clean set must pass every gate with no error or warning finding.
 
-Speed (issue 12): one patchkit home, base and applied tree for the session; gates run in process; the
+Speed: one patchkit home, base and applied tree for the session; gates run in process; the
 ``tests`` row runs the one set test that catches its defect. Every row is marked ``slow`` (the fast
 suite stays fast; .ci/run runs ``pytest -m slow`` after it): the static gates' rows (compile, xref,
 dispatch) need no environment but fetch the base and apply v1, the rest and the clean run of every
@@ -52,7 +52,7 @@ class Defect:
         return Edit(self.name, self.patch, self.old, self.new, self.occurrence, self.gate)
 
 
-# One row per defect class: issue 4's ten, then issue 16's at new sites.
+# One row per defect class: the first ten at the set's own sites, then those at new sites.
 DEFECTS = (
     Defect("syntax error", "compile", "0002-*.patch", "    DDTREE_VERIFY = auto()", "    DDTREE_VERIFY = auto(",
            "does not compile on Python 3.11: SyntaxError: '(' was never closed"),
@@ -87,7 +87,7 @@ DEFECTS = (
            config={"tests": {"path": "../common/ddtree_utils_tests/test_builder_vs_heap.py"}}),
     Defect("runtime import error", "imports", "0001-*.patch", "DDTREE_GREEDY_TEMPERATURE = 1e-5",
            "DDTREE_GREEDY_TEMPERATURE = 1e-5 / 0", "ddtree_utils failed: ZeroDivisionError"),
-    # ---- issue 16, class 1: the definition behind every family site, and membership collections
+    # ---- the definition behind every family site, and membership collections
     Defect("family helper stops covering DFLASH", "dispatch", "0002-*.patch",
            "return self in (SpeculativeAlgorithm.DFLASH, SpeculativeAlgorithm.DDTREE)",
            "return self in (SpeculativeAlgorithm.DDTREE,)",

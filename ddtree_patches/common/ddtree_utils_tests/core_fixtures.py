@@ -1,10 +1,10 @@
-"""Fixtures of the DDTree core module's tests (``ddtree_utils``, ``device``, ``cuda``), for this
-package's ``conftest.py`` and for a set's own ``tests/conftest.py``.
+"""Fixtures of the DDTree core module's tests (``ddtree_utils``, ``device``, ``cuda``): a pytest plugin
+that this package's ``conftest.py`` and a set's own ``tests/conftest.py`` load (``pytest_plugins``).
 
 The module under test is loaded by file path from the patched SGLang tree of the set being tested,
 so these tests need torch only, not an installed SGLang. The tree is ``$PATCHKIT_TARGET`` (the
 ``tests`` gate and ``tests/sets`` set it), else the tree ``patchkit.testing.patched_tree`` builds for
-the set ``$PATCHKIT_SET`` names (a set's own conftest names its set).
+the set ``$PATCHKIT_SET`` names (when unset: the set whose tests pytest was asked to run).
 
 A test module that needs more of the module than every set carries says so with
 ``pytestmark = pytest.mark.needs("name", ...)``: against a tree whose module lacks a name, its tests
@@ -31,6 +31,19 @@ SET_ENV = "PATCHKIT_SET"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device")
     config.addinivalue_line("markers", "needs(*names): the module under test must define these (else skipped)")
+    asked = _set_of(config.args)
+    if asked is not None:
+        os.environ.setdefault(SET_ENV, str(asked))
+
+
+def _set_of(args: list[str]) -> Path | None:
+    """The set folder (the one holding ``manifest.toml``) above the first test path inside a set."""
+    for arg in args:
+        path = Path(arg.split("::")[0]).resolve()
+        for folder in (path, *path.parents):
+            if (folder / "manifest.toml").is_file():
+                return folder
+    return None
 
 
 def _patched_tree_root() -> Path:

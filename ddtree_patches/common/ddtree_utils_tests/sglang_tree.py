@@ -1,15 +1,17 @@
-"""The set's patched ``sglang`` on the import path, for a set's integration tests (``<set>/tests/
-integration/conftest.py`` calls :func:`import_tree_sglang` with the modules its tests import).
+"""The set's patched ``sglang`` on the import path, for the tests that import it (``<set>/tests/
+integration/conftest.py`` and ``common/ddtree_worker_v2_tests/conftest.py`` call :func:`import_tree_sglang`
+with the modules their tests import).
 
 Those tests import the tree's own ``sglang`` package, which needs SGLang's CPU import dependencies:
 ``patchkit verify --gate tests`` runs them in the isolated ``[verify.env]`` environment, with the set's
-declared stubs (``verify/stubs``) on the path. Where the dependencies are missing, each test module is
+declared stubs (``[verify.env] stubs_dir``) on the path. Where the dependencies are missing, each test module is
 skipped with the import error as its reason.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +26,25 @@ def _tree_python(set_dir: Path) -> Path:
     from patchkit.testing import patched_tree
 
     return Path(patched_tree(set_dir)) / "python"
+
+
+def _stubs_dir(set_dir: Path) -> Path:
+    """The set's ``[verify.env] stubs_dir`` (relative to the set)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    with open(set_dir / "manifest.toml", "rb") as manifest:
+        env = tomllib.load(manifest).get("verify", {}).get("env", {})
+    return set_dir / env.get("stubs_dir", "verify/stubs")
+
+
+def tree_release() -> tuple[int, ...]:
+    """The release of the tree's imported ``sglang`` as numbers, e.g. (0, 5, 23): a test shared by sets
+    on several bases reads it where their SGLang differs."""
+    from sglang.version import __version__
+
+    return tuple(int(part) for part in re.findall(r"\d+", __version__)[:3])
 
 
 def _put_on_path(path: Path) -> None:
@@ -72,21 +93,59 @@ class _SkippedModule(pytest.File):
         yield item
 
 
-def import_tree_sglang(set_dir: Path, modules: tuple[str, ...]) -> Callable[..., pytest.File | None]:
+#: What a set's DDTreeWorkerV2 integration tests import: its verify input and its worker.
+WORKER_V2_MODULES = ("sglang.srt.speculative.ddtree_info_v2", "sglang.srt.speculative.ddtree_worker_v2")
+
+#: The tree whose sglang this process has imported (its ``python`` folder), and what importing failed with.
+_imported: dict[str, str | None] = {}
+
+
+def _set_under_test(set_dir: Path | None) -> Path:
+    if set_dir is not None:
+        return set_dir
+    named = os.environ.get("PATCHKIT_SET")
+    if not named:
+        raise pytest.UsageError("set PATCHKIT_SET to the patch set whose tree these tests import (the tests gate "
+                                "and tests/sets set it)")
+    return Path(named)
+
+
+def _import_tree(set_dir: Path, modules: tuple[str, ...]) -> str | None:
     """Put the set's stubs, then its tree in front of them, on ``sys.path`` (and ``PYTHONPATH``, for the
-    tests' subprocesses), import ``modules`` once, and return the ``pytest_pycollect_makemodule`` hook
-    for the conftest: a module stand-in that skips with the import error, or None (collect normally)."""
+    tests' subprocesses) and import ``modules``; the import error, or None. A second folder of tests of
+    the same tree imports into the sglang already loaded (two copies of one module would each hold their
+    own state)."""
+    tree = _tree_python(set_dir)
+    if _imported.get("tree") == str(tree) and _imported.get("error") is None:
+        try:
+            for module in modules:
+                __import__(module)
+        except Exception as error:  # as in _probe_sglang
+            return f"{type(error).__name__}: {error}"
+        return None
     # Stubs first, then the tree in front of them: the tree's sglang must win over anything installed.
-    _put_on_path(set_dir / "verify" / "stubs")
-    _put_on_path(_tree_python(set_dir))
+    _put_on_path(_stubs_dir(set_dir))
+    _put_on_path(tree)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (*sys.path[:2], os.environ.get("PYTHONPATH", "")) if p)
     error = _probe_sglang(modules)
+    _imported.update(tree=str(tree), error=error)
+    return error
+
+
+def import_tree_sglang(modules: tuple[str, ...], set_dir: Path | None = None) -> Callable[..., pytest.File | None]:
+    """The ``pytest_pycollect_makemodule`` hook for a conftest whose test modules import the tree's own
+    ``sglang``: before the first module is collected it imports ``modules`` from the tree of ``set_dir``
+    (default: ``$PATCHKIT_SET``); then each module is collected normally, or stood in for by one that
+    skips with the import error."""
+    error: list[str | None] = []
 
     def pytest_pycollect_makemodule(module_path, parent):
-        if error is None:
+        if not error:
+            error.append(_import_tree(_set_under_test(set_dir), modules))
+        if error[0] is None:
             return None
         stand_in = _SkippedModule.from_parent(parent, path=module_path)
-        stand_in.reason = error
+        stand_in.reason = error[0]
         return stand_in
 
     return pytest_pycollect_makemodule

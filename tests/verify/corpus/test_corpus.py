@@ -1,6 +1,6 @@
 """The independent corpus (defects.toml, benign.toml) against ``patchkit verify``'s gates on v1.
 
-Targets (issue 16): every defect caught by some gate with an error finding; at least 90 % with an
+Targets: every defect caught by some gate with an error finding; at least 90 % with an
 error at the edited file; no error or warning finding on a benign edit. Each entry is realised in a
 shared tree with v1 applied (``seeding.py``) and the gates run in process. A defect stops at the
 first gate that reports an error at its own file (the static gates first, then the ones that run the

@@ -3,7 +3,7 @@ module names."""
 
 from __future__ import annotations
 
-from patchkit.verify.facts import (
+from patchkit.index import (
     IndexSettings,
     canonical_expression,
     extract_facts,

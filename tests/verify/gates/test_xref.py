@@ -130,7 +130,7 @@ def test_symbol_table_lists_definitions_imports_and_uses(make_ctx):
 
 
 def test_facts_are_cached_by_content_hash(make_ctx):
-    from patchkit.verify import facts as pyindex
+    from patchkit.index import pyindex
 
     ctx = make_ctx(tree("x = 1\n"))
     pyindex._MEMORY.clear()  # other tests parsed the same contents in this process

@@ -9,6 +9,5 @@ from pathlib import Path
 from sglang_tree import import_tree_sglang
 
 pytest_pycollect_makemodule = import_tree_sglang(
-    Path(__file__).resolve().parents[2],
-    ("sglang.srt.speculative.ddtree_info", "sglang.srt.speculative.dflash_worker"),
+    ("sglang.srt.speculative.ddtree_info", "sglang.srt.speculative.dflash_worker"), Path(__file__).resolve().parents[2]
 )

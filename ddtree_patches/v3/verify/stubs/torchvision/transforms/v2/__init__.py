@@ -1,1 +1,0 @@
-"""Stub package: transformers imports transforms.v2.functional as a module."""

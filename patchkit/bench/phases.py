@@ -12,11 +12,11 @@ level's measured repeats (warm-up excluded), by the round's wall-clock start.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-import math
 from statistics import mean
 from typing import Any
 

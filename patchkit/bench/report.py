@@ -126,7 +126,8 @@ def phase_cells(stats: PhaseStats) -> tuple[str, ...]:
     widths = " ".join(f"{w}:{n}" for w, n in stats.widths.items()) or "-"
     return (str(stats.rounds), f"{stats.mean_bs:.1f}",
             *(f"{g[column]:.2f}" for column in ("draft", "tree", "verify", "commit", "gap", "round")),
-            f"{stats.round_p50_ms:.2f}", f"{stats.round_p99_ms:.2f}", f"{h['round']:.2f}", f"{100 * stats.draft_graph_share:.0f}%", f"{100 * stats.verify_graph_share:.0f}%",
+            f"{stats.round_p50_ms:.2f}", f"{stats.round_p99_ms:.2f}", f"{h['round']:.2f}",
+            f"{100 * stats.draft_graph_share:.0f}%", f"{100 * stats.verify_graph_share:.0f}%",
             widths)
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import textwrap
+
 from rich.text import Text
 
 from patchkit.patchset.apply import ApplyResult
@@ -122,6 +125,9 @@ def _sets(result: SetsResult, verbosity: int = 0) -> None:
     if not result.sets:
         say("no patch sets found")
         return
+    if not out().is_terminal:  # a pipe or a log: a listing that fits PIPE_WIDTH, not a 200-column table
+        _sets_listing(result)
+        return
     shown = table("set", "version", "base", "python", "proven on", "default")
     for row in result.sets:
         proven = "\n".join([*describe(row.proven), *([row.caveat] if row.caveat else [])])
@@ -129,6 +135,22 @@ def _sets(result: SetsResult, verbosity: int = 0) -> None:
                       "yes" if row.default else "")
     out().print(shown)
     say(f"in {result.root}; without --set every command takes {result.default} (--set NAME or --set DIR for another)")
+
+
+#: The width of ``patchkit sets`` written to a pipe or a file (COLUMNS, when set, decides).
+PIPE_WIDTH = 100
+
+
+def _sets_listing(result: SetsResult) -> None:
+    """One line per set (name, version, base, Pythons, default), then its proofs, indented and wrapped."""
+    width = int(os.environ.get("COLUMNS") or PIPE_WIDTH)
+    for row in result.sets:
+        say(f"{row.name}  {row.label}  {row.base}  python {', '.join(row.python)}" + ("  (default)" if row.default
+                                                                                     else ""))
+        for line in [*describe(row.proven), *([row.caveat] if row.caveat else [])]:
+            say(textwrap.fill(line, width=width, initial_indent="    ", subsequent_indent="      "))
+    say(textwrap.fill(f"in {result.root}; without --set every command takes {result.default} (--set NAME or "
+                      "--set DIR for another)", width=width))
 
 
 def _size(size: int) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.checks import imports, settests
+from patchkit.checks import imports, settests, xref
 from patchkit.testing.verify import _patchkit, applied_example, write_files
 from patchkit.verify.cache import ResultCache, on_tree, tree_relative
 from patchkit.verify.run import verify
@@ -24,7 +24,8 @@ def two_trees(tmp_path) -> tuple[Path, Path, Path]:
     """(tree A, tree B, the set): B is the same set applied by ``base fetch --dest`` and ``apply --target``."""
     tree_a, set_dir = applied_example(tmp_path / "ex", {"python/pkg/__init__.py": ""},
                                       {"python/pkg/algo.py": ALGO},
-                                      {"verify": {"tests": {"interpreter": "current"}}})
+                                      {"verify": {"tests": {"interpreter": "current"},
+                                                  "xref": {"family": "add|sub", "check_unused": False}}})
     write_files(set_dir, {"tests/test_algo.py": SET_TEST})
     tree_b = tmp_path / "second"
     _patchkit("base", "fetch", "--set", str(set_dir), "--dest", str(tree_b))
@@ -33,7 +34,7 @@ def two_trees(tmp_path) -> tuple[Path, Path, Path]:
 
 
 def verdict(set_dir: Path, tree: Path) -> tuple[int, list[tuple[str, str, int | None, str]]]:
-    result = verify(set_dir, tree, ["tests"], registry={"tests": settests})
+    result = verify(set_dir, tree, ["xref", "tests"], registry={"xref": xref, "tests": settests})
     rows = [(f.severity.value, f.file, f.line, f.message) for run in result.gates for f in run.findings]
     return result.exit_code, rows
 
@@ -55,6 +56,7 @@ def test_the_second_tree_gets_the_first_trees_verdict_in_either_order(two_trees,
     uncovered = [r for r in rows if "run in no set test" in r[3]]
     assert [(r[0], r[1], r[2]) for r in uncovered] == [("error" if strict else "warning", "python/pkg/algo.py", 6)]
     assert any("added-line coverage: 3 of 4 added statements" in r[3] for r in rows)
+    assert any(r[3].startswith("symbol table: 2 family symbols") for r in rows), "the xref gate ran"
     assert code == (1 if strict else 0)
 
 

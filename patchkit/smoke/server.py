@@ -62,7 +62,7 @@ def log_tail(path: Path, lines: int = 20) -> str:
 
 #: A line that says what went wrong: a Python exception (``ModuleNotFoundError: ...``), argparse's or a
 #: logger's ``error:``, an ``ERROR`` record.
-_ERROR_LINE = re.compile(r"^\s*[\w.]*(?:Error|Exception|Exit)(?::|$)|\berror:|\bERROR\b", re.IGNORECASE)
+_ERROR_LINE = re.compile(r"^\s*[\w.]*(?:Error|Exception|Exit)(?::|$)|\b[Ee]rror:|\bERROR\b")
 
 
 def first_error_line(path: Path) -> str:

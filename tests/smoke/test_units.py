@@ -113,3 +113,11 @@ def test_the_first_error_line_of_a_server_log(tmp_path, log, first):
     path = tmp_path / "server.log"
     path.write_text(log)
     assert first_error_line(path) == first
+
+
+def test_a_log_line_that_only_mentions_errors_is_not_the_error(tmp_path):
+    from patchkit.smoke.server import first_error_line
+
+    path = tmp_path / "server.log"
+    path.write_text("INFO: error handling is on; 0 errors so far\nValueError: bad --tp-size\n")
+    assert first_error_line(path) == "ValueError: bad --tp-size"

@@ -78,7 +78,7 @@ def _map_strings(value: Any, change: Callable[[str], str]) -> Any:
 def tree_relative(value: Any, root: Path) -> Any:
     """``value`` with every mention of the tree ``root`` (a path or a path prefix) replaced by :data:`TREE`."""
     # a path name character after the root means another folder (/t/a is not a prefix of /t/ab)
-    pattern = re.compile("|".join(re.escape(form) for form in _root_forms(root)) + r"(?![\w.@+~-])")
+    pattern = re.compile("(?:" + "|".join(re.escape(form) for form in _root_forms(root)) + r")(?![\w.@+~-])")
     return _map_strings(value, lambda text: pattern.sub(TREE, text))
 
 

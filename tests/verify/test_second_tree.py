@@ -77,6 +77,15 @@ def test_an_import_failure_read_from_another_trees_run_names_this_tree(tmp_path,
     assert rows[tree_b] and rows[tree_b][0][1:3] == ("python/pkg/bad.py", 3)
 
 
+def test_every_spelling_of_the_root_is_placed_and_no_longer_folder_is(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    link = tmp_path / "link"
+    stored = tree_relative([f"{link}/x.py", f"{real}/y.py", f"{link}2/z.py", f"{real}2/z.py"], link)
+    assert stored == ["<patchkit-tree>/x.py", "<patchkit-tree>/y.py", f"{link}2/z.py", f"{real}2/z.py"]
+
+
 def test_a_tree_relative_entry_is_read_back_on_the_reading_tree(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     value = {f"{first}/x.py": [1], "tail": f"at {first}/y.py:3 (not {first}b/z.py)", "root": str(first)}

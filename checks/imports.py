@@ -164,12 +164,12 @@ def run(ctx: VerifyContext) -> list[Finding]:
                  {rel: sha256_file(ctx.root / rel) for rel in ctx.touched},
                  hash_files(stub_dir.rglob("*.py")) if stub_dir else None)
     cache = ResultCache(ctx.cache_dir, NAME)
-    harness = cache.get(key)
+    harness = cache.get(key, tree=ctx.root)  # the key names no path: kept tree-relative
     if harness is None:
         harness = run_harness(interpreter.python, ctx.root, source_root, stub_dir, list(to_import),
                               float(config.get("timeout", DEFAULT_TIMEOUT_S)))
         if harness["process"]["returncode"] == 0:  # only complete runs are worth keeping
-            cache.put(key, harness)
+            cache.put(key, harness, tree=ctx.root)
     return rows + stub_rows + findings_from(harness, to_import, ctx)
 
 

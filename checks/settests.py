@@ -414,13 +414,14 @@ def run(ctx: VerifyContext) -> list[Finding]:
                    python_names(ctx.root, str(ctx.manifest.verify.get("source_root", "python"))))
     key = key_of(suite, ctx.base_commit, {rel: sha256_file(ctx.root / rel) for rel in ctx.touched})
     cache = ResultCache(ctx.cache_dir, NAME)
-    outcome = cache.get(key)
+    outcome = cache.get(key, tree=ctx.root)  # the key names no path: kept tree-relative
     if outcome is None:
         store = SnapshotStore(ctx.cache_dir, suite)
         outcome = _run_with_impact(interpreter.python, tests, ctx, stub_dir, config, store)
         if outcome["returncode"] in (0, 1, 5):
             slim = {n: {"outcome": t.get("outcome")} for n, t in (outcome.get("tests") or {}).items()}
-            cache.put(key, {**{k: v for k, v in outcome.items() if k not in ("deps", "tests")}, "tests": slim})
+            cache.put(key, {**{k: v for k, v in outcome.items() if k not in ("deps", "tests")}, "tests": slim},
+                      tree=ctx.root)
     note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests[0]), line=None,
                    message=f"set tests {interpreter.note}" + _shared_note([p for p in tests if p != tests_dir]))
     added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")], ctx.base_commit)

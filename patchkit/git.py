@@ -325,16 +325,27 @@ def open_repo(path: Path, what: str = "target") -> Repo:
                 hint=f"run patchkit as the owner of {path}, or mark it safe: git config --global --add "
                 f"safe.directory {path}",
             )
-        empty = not any(path.iterdir())
-        raise BadInput(f"{what} {path} is not a git repository",
-                       hint=f"make the base tree there with `patchkit base fetch --dest {path}`" if empty else
-                       "pass --target with a tree `patchkit base fetch` made (without --target: the set's own base "
-                       "tree; `patchkit base fetch --dest NEW_DIR` makes one elsewhere)")
+        raise BadInput(f"{what} {path} is not a git repository", hint=_tree_hint(path))
     top = Path(out.decode().strip())
+    if top.resolve() == _OWN_CHECKOUT:  # patchkit's own checkout is never an SGLang tree
+        raise BadInput(f"{what} {path} is a folder of patchkit's own checkout {top}, not a tree to patch",
+                       hint=_tree_hint(path))
     if top.resolve() != path.resolve():
         raise BadInput(f"{what} {path} is inside the git repository {top}, not its top level",
                        hint=f"pass --target {top}")
     return repo
+
+
+#: The checkout patchkit runs from (an editable install); a plain install's site-packages is no repository.
+_OWN_CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def _tree_hint(path: Path) -> str:
+    """What to pass instead of a folder that holds no tree to patch."""
+    if not any(path.iterdir()):
+        return f"make the base tree there with `patchkit base fetch --dest {path}`"
+    return ("pass --target with a tree `patchkit base fetch` made (without --target: the set's own base tree; "
+            "`patchkit base fetch --dest NEW_DIR` makes one elsewhere)")
 
 
 def init_repo(path: Path, branch: str = "patchkit") -> Repo:

@@ -187,6 +187,16 @@ def locate(set_dir: Path | None, target: Path | None) -> tuple[Path, Path]:
     return chosen, Path(target) if target else default_target(load(chosen))
 
 
+def set_argument(set_dir: Path) -> str:
+    """How ``--set`` names ``set_dir`` most briefly: its name where the name finds that set, else its path."""
+    try:
+        if find_set(Path(set_dir.name)).resolve() == set_dir.resolve():
+            return set_dir.name
+    except BadInput:
+        pass
+    return str(set_dir)
+
+
 def find_set(given: Path) -> Path:
     """``--set``: a set directory, or a set's name (``v1``) in the places patch sets are looked for."""
     if (given / "manifest.toml").is_file() or len(given.parts) != 1:

@@ -378,8 +378,6 @@ def _prepare(opts: BenchOptions) -> Prepared:
         raise BadInput("no prompt can run: every prompt is text and the server skips its tokenizer")
     if opts.sampling:
         sampling.check_options(opts.samples, opts.sample_tokens, specs)
-    preflight = preflight_or_raise(gpus=opts.gpus, python=opts.python, port=opts.port, model=opts.model,
-                                   draft_model=opts.draft_model, target=opts.target, manifest=profile.manifest)
     launch = Launch(python=opts.python, model=opts.model, draft_model=opts.draft_model, target=opts.target,
                     port=opts.port, gpus=opts.gpus, server_args=profile_server_args(profile, opts.radix_cache),
                     extra_args=opts.extra_args,
@@ -387,6 +385,10 @@ def _prepare(opts: BenchOptions) -> Prepared:
                     startup_timeout_s=opts.timeout_s or profile.smoke.startup_timeout_s,
                     request_timeout_s=profile.smoke.request_timeout_s,
                     grace_period_s=profile.smoke.grace_period_s, logs=opts.logs or default_logs_dir("bench"))
+    argvs = [server_argv(launch, v.args(), v.spec.uses_draft) for v in expand(specs, budgets)]
+    preflight = preflight_or_raise(gpus=opts.gpus, python=opts.python, port=opts.port, model=opts.model,
+                                   draft_model=opts.draft_model, target=opts.target, manifest=profile.manifest,
+                                   argvs=argvs)
     return Prepared(profile=profile, specs=specs, budgets=budgets, levels=levels, table=table, prompt_file=prompt_file,
                     prompts=prompts, skipped=skipped, preflight=preflight, launch=launch)
 

@@ -11,20 +11,22 @@ from patchkit.commands.options import Output, ServerChoice, epilog, output_optio
 from patchkit.results import CommandResult
 
 
-def _positive_int(part: str, whole: str) -> int:
+def _positive_int(part: str, whole: str, what: str = "integers") -> int:
     try:
         number = int(part)
     except ValueError:
-        raise click.BadParameter(f"{whole!r} is not a comma-separated list of integers") from None
+        raise click.BadParameter(f"{whole!r} is not a comma-separated list of {what}") from None
     if number < 1:
         raise click.BadParameter(f"{whole!r}: every value must be a positive integer")
     return number
 
 
 def _parts(value: str) -> list[str]:
-    parts = [part.strip() for part in value.split(",") if part.strip()]
-    if not parts:
+    parts = [part.strip() for part in value.split(",")]
+    if not any(parts):
         raise click.BadParameter(f"{value!r} names no value")
+    if not all(parts):
+        raise click.BadParameter(f"{value!r} has an empty item: separate the values with single commas")
     return parts
 
 
@@ -32,7 +34,8 @@ def _budget_list(_ctx: click.Context, _param: click.Parameter, value: str | None
     """``15,63,auto`` -> (15, 63, "auto"): numbers of nodes, or auto (the server picks per round)."""
     if value is None:
         return None
-    return tuple("auto" if part.lower() == "auto" else _positive_int(part, value) for part in _parts(value))
+    return tuple("auto" if part.lower() == "auto" else _positive_int(part, value, "positive integers or auto")
+                 for part in _parts(value))
 
 
 def _int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:

@@ -16,11 +16,13 @@ kill -9 inside it is finished or rolled back by the next ``apply``, ``status`` o
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from patchkit import paths
 from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput
 from patchkit.git import Repo, identity_env, open_repo
 from patchkit.hooks import pause
@@ -60,6 +62,8 @@ class ApplyResult(CommandResult):
 def apply(set_dir: Path, target: Path, *, dry_run: bool = False, progress: Progress | None = None) -> ApplyResult:
     """Apply the set at ``set_dir`` to the git tree ``target`` (see the module docstring)."""
     pset = load_set(set_dir)
+    if not Path(target).is_dir():
+        raise _no_target(pset, Path(target))
     repo = open_repo(target)
     if dry_run and transaction.pending(repo):
         raise BadInput(
@@ -118,6 +122,15 @@ class _Outcome:
             drift=drift,
             recovered=self.recovered,
         )
+
+
+def _no_target(pset: PatchSet, target: Path) -> BadInput:
+    """A target that is not there: the ``base fetch`` that makes it, for this set (and this folder)."""
+    fetch = ["patchkit", "base", "fetch", "--set", paths.set_argument(pset.set_dir)]
+    if target.absolute() != paths.default_target(pset.manifest).absolute():
+        fetch += ["--dest", str(target)]
+    return BadInput(f"target {target} does not exist",
+                    hint=f"run `{shlex.join(fetch)}` first, or pass --target with a tree it made")
 
 
 def _refusal(repo: Repo, pset: PatchSet, state: TargetState) -> BadInput | None:

@@ -1,11 +1,17 @@
 """``patchkit clean``: list and remove what patchkit keeps on disk (trees, environments, caches).
 
-Trees are ``<home>/trees/*`` (base trees and patched trees); environments are the verify venvs in
-``<cache>/envs`` (and an older home's ``<home>/envs``); ``--cache`` adds the wheel cache and cached
-gate results. Nothing of the user's is ever removed silently: a tree that holds work patchkit did
-not make (uncommitted or untracked files, commits not made by ``patchkit apply``), an interrupted
-apply's journal, or a tree or environment in use by another patchkit is kept and listed with the
-reason (exit 1), unless ``--force`` (in use is never forced). ``--dry-run`` lists and removes nothing.
+What each option removes (they add up; none given means ``--trees --envs``):
+
+* ``--trees``: the base and patched trees, ``<home>/trees/*``;
+* ``--envs``: the verify environments, ``<cache>/envs/*`` (and an older home's ``<home>/envs``);
+* ``--cache``: the whole cache: the environments, the downloaded wheels, the gate results
+  (``<cache>/verify``) and anything else patchkit cached there (an older home's ``<home>/cache`` too).
+
+Nothing of the user's is ever removed silently: a tree that holds work patchkit did not make
+(uncommitted or untracked files, commits not made by ``patchkit apply``), an interrupted apply's
+journal, or a tree or environment in use by another patchkit is kept and listed with the reason
+(exit 1), unless ``--force`` (in use is never forced). ``--dry-run`` removes nothing: it lists what
+would go and the size of every kind, the ones the options leave alone included.
 """
 
 from __future__ import annotations
@@ -26,8 +32,11 @@ from patchkit.patchset import state, transaction
 from patchkit.patchset.series import split_trailers
 from patchkit.results import CommandResult
 
-ItemKind = Literal["tree", "env", "wheel", "gate-results"]
+ItemKind = Literal["tree", "env", "wheel", "gate-results", "other"]
 Action = Literal["removed", "would remove", "kept"]
+#: Every kind, in the order they are listed, with the option that removes it.
+KINDS: tuple[tuple[ItemKind, str], ...] = (
+    ("tree", "--trees"), ("env", "--envs"), ("wheel", "--cache"), ("gate-results", "--cache"), ("other", "--cache"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,36 +49,78 @@ class CleanItem:
 
 
 @dataclass(frozen=True, kw_only=True)
+class KindTotal:
+    """What one kind holds on disk, and whether the options chose it (else ``option`` would)."""
+
+    kind: ItemKind
+    count: int
+    size: int  # bytes on disk
+    selected: bool
+    option: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class CleanResult(CommandResult):
     home: str
     cache: str
     dry_run: bool
     items: tuple[CleanItem, ...]
     freed: int  # bytes removed (or that a dry run would remove)
+    kinds: tuple[KindTotal, ...] = ()  # per kind; with --dry-run every kind, else the selected ones
 
     @property
     def exit_code(self) -> int:
         return EXIT_OK if self.ok else EXIT_FAILED
 
 
+def selected_kinds(*, trees: bool, envs: bool, cache: bool) -> frozenset[ItemKind]:
+    """The kinds the options name (see the module docstring); none named: trees and environments."""
+    if not (trees or envs or cache):
+        trees = envs = True
+    chosen: set[ItemKind] = set()
+    if trees:
+        chosen.add("tree")
+    if envs or cache:
+        chosen.add("env")
+    if cache:
+        chosen |= {"wheel", "gate-results", "other"}
+    return frozenset(chosen)
+
+
+def found(kind: ItemKind) -> list[Path]:
+    """What patchkit keeps of ``kind`` on disk now."""
+    caches = list(dict.fromkeys([paths.cache_dir(), paths.legacy_cache_dir()]))
+    if kind == "tree":
+        return _children(paths.trees_dir())
+    if kind == "env":
+        return [p for root in dict.fromkeys([paths.envs_dir(), paths.home() / "envs"]) for p in _children(root)]
+    if kind == "wheel":
+        return [p for root in caches for p in sorted(root.glob("*.whl"))]
+    if kind == "gate-results":
+        return [p for root in caches for p in _children(root / "verify")]
+    # the rest of a cache folder: what `patchkit port` caches, a download an interrupted fetch left
+    known = {"envs", "verify"}
+    return [p for root in caches if root.is_dir() for p in sorted(root.iterdir())
+            if p.name not in known and not p.name.endswith((".whl", ".lock"))]
+
+
 def clean(
     *, trees: bool = False, envs: bool = False, cache: bool = False, dry_run: bool = False, force: bool = False
 ) -> CleanResult:
-    """Remove the selected kinds (none selected: trees and environments); see the module docstring."""
-    if not (trees or envs or cache):
-        trees = envs = True
+    """Remove the kinds the options select (see the module docstring)."""
+    chosen = selected_kinds(trees=trees, envs=envs, cache=cache)
     items: list[CleanItem] = []
-    if trees:
-        items += [_clean_tree(path, dry_run, force) for path in _children(paths.trees_dir())]
-    if envs:
-        roots = dict.fromkeys([paths.envs_dir(), paths.home() / "envs"])
-        items += [_clean_env(path, dry_run) for root in roots for path in _children(root)]
-    if cache:
-        # the shared cache, and what an older home kept in its own cache/ (read by base fetch and verify then)
-        caches = dict.fromkeys([paths.cache_dir(), paths.legacy_cache_dir()])
-        items += [_clean_plain("wheel", p, dry_run) for root in caches for p in sorted(root.glob("*.whl"))]
-        results = dict.fromkeys([paths.verify_cache_dir(), paths.legacy_cache_dir() / "verify"])
-        items += [_clean_plain("gate-results", p, dry_run) for root in results for p in _children(root)]
+    totals: list[KindTotal] = []
+    for kind, option in KINDS:
+        if kind in chosen:
+            done = [_clean_one(kind, path, dry_run, force) for path in found(kind)]
+            items += done
+            totals.append(KindTotal(kind=kind, count=len(done), size=sum(i.size for i in done), selected=True,
+                                    option=option))
+        elif dry_run:  # what the options leave alone, so one dry run shows all of it
+            left = found(kind)
+            totals.append(KindTotal(kind=kind, count=len(left), size=sum(_size_of(p) for p in left),
+                                    selected=False, option=option))
     freed = sum(i.size for i in items if i.action != "kept")
     return CleanResult(
         command="clean",
@@ -79,7 +130,16 @@ def clean(
         dry_run=dry_run,
         items=tuple(items),
         freed=freed,
+        kinds=tuple(totals),
     )
+
+
+def _clean_one(kind: ItemKind, path: Path, dry_run: bool, force: bool) -> CleanItem:
+    if kind == "tree":
+        return _clean_tree(path, dry_run, force)
+    if kind == "env":
+        return _clean_env(path, dry_run)
+    return _clean_plain(kind, path, dry_run)
 
 
 def _children(root: Path) -> list[Path]:
@@ -180,9 +240,13 @@ def _busy(lock: Path) -> bool:
     return False
 
 
+def _size_of(path: Path) -> int:
+    return disk_size(path) if path.is_dir() else path.lstat().st_blocks * 512
+
+
 def _clean_plain(kind: ItemKind, path: Path, dry_run: bool) -> CleanItem:
-    size = disk_size(path) if path.is_dir() else path.stat().st_blocks * 512
-    if not dry_run and path.is_file():
+    size = _size_of(path)
+    if not dry_run and not path.is_dir():
         path.unlink()
         return CleanItem(kind=kind, path=str(path), size=size, action="removed")
     return _done(kind, path, size, dry_run, "")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import textwrap
+
 from rich.text import Text
 
 from patchkit.patchset.apply import ApplyResult
@@ -122,6 +125,9 @@ def _sets(result: SetsResult, verbosity: int = 0) -> None:
     if not result.sets:
         say("no patch sets found")
         return
+    if not out().is_terminal:  # a pipe or a log: a listing that fits PIPE_WIDTH, not a 200-column table
+        _sets_listing(result)
+        return
     shown = table("set", "version", "base", "python", "proven on", "default")
     for row in result.sets:
         proven = "\n".join([*describe(row.proven), *([row.caveat] if row.caveat else [])])
@@ -131,19 +137,52 @@ def _sets(result: SetsResult, verbosity: int = 0) -> None:
     say(f"in {result.root}; without --set every command takes {result.default} (--set NAME or --set DIR for another)")
 
 
+#: The width of ``patchkit sets`` written to a pipe or a file (COLUMNS, when set, decides).
+PIPE_WIDTH = 100
+
+
+def _sets_listing(result: SetsResult) -> None:
+    """One line per set (name, version, base, Pythons, default), then its proofs, indented and wrapped."""
+    width = int(os.environ.get("COLUMNS") or PIPE_WIDTH)
+    for row in result.sets:
+        say(f"{row.name}  {row.label}  {row.base}  python {', '.join(row.python)}" + ("  (default)" if row.default
+                                                                                     else ""))
+        for line in [*describe(row.proven), *([row.caveat] if row.caveat else [])]:
+            say(textwrap.fill(line, width=width, initial_indent="    ", subsequent_indent="      "))
+    say(textwrap.fill(f"in {result.root}; without --set every command takes {result.default} (--set NAME or "
+                      "--set DIR for another)", width=width))
+
+
 def _size(size: int) -> str:
     return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
 
 
+_KIND_NAMES = {"tree": "trees", "env": "environments", "wheel": "wheels", "gate-results": "gate results",
+               "other": "other cached files"}
+
+
 @human.register
 def _clean(result: CleanResult, verbosity: int = 0) -> None:
-    if not result.items:
-        say(f"nothing to clean (home {result.home}, cache {result.cache})")
-        return
     for item in result.items:
         reason = f"  ({item.reason})" if item.reason else ""
         say(f"  {item.action:<12} {item.kind:<12} {_size(item.size):>9}  {item.path}{reason}")
+    if result.dry_run:
+        _clean_kinds(result)
+    if not result.items:
+        say(f"nothing to clean (home {result.home}, cache {result.cache})")
+        return
     verb = "would free" if result.dry_run else "freed"
     kept = sum(1 for i in result.items if i.action == "kept")
     say(f"{verb} {_size(result.freed)}" + (f"; kept {kept} (see the reasons above)" if kept else ""))
+
+
+def _clean_kinds(result: CleanResult) -> None:
+    """Per kind: how many, how big, and whether this run removes it or which option would."""
+    shown = table("kind", "items", "size", "this run", title="on disk", right=("items", "size"))
+    for total in result.kinds:
+        verb = "would remove" if total.selected else f"kept (remove with {total.option})"
+        shown.add_row(_KIND_NAMES[total.kind], str(total.count), _size(total.size), verb if total.count else "-")
+    out().print(shown)
+
+
 from patchkit.render import port as _port  # noqa: E402,F401  (registers the port renderer: same area)

@@ -58,7 +58,7 @@ def _smoke_servers(servers: tuple[ServerRun, ...]) -> None:
     shown = table("server", "ready", "tokens/s", "TTFT", "accept length", "verify steps", "teardown", title="servers")
     for run in servers:
         stats, down = run.stats, run.teardown
-        ending = "SIGKILL" if down.sigkill_sent else "SIGTERM"
+        ending = "SIGKILL" if down.sigkill_sent else "SIGTERM" if down.sigterm_sent else f"exited ({down.exit_code})"
         ending += ", clean" if down.clean else f", LEFT {list(down.leftover_pids)}"
         shown.add_row(run.role, _fmt(run.ready_s, ".1f") + ("s" if run.ready_s is not None else ""),
                       _fmt(stats.tokens_per_s if stats.prompts else None, ".1f"),

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from patchkit.errors import BadInput, Interrupted
 from patchkit.manifest import Manifest
 from patchkit.smoke import client
-from patchkit.smoke.preflight import Preflight, run_preflight
+from patchkit.smoke.preflight import SERVER_ENTRY, Preflight, run_preflight, server_env
 from patchkit.smoke.prompts import Prompt
 from patchkit.smoke.server import ServerFailed, ServerGroup, Teardown
 
@@ -76,7 +76,7 @@ class Launch:
 
 def server_argv(launch: Launch, variant_args: Sequence[str], uses_draft: bool) -> tuple[str, ...]:
     """``PY -m sglang.launch_server`` with the shared, then the variant's, then the extra arguments."""
-    argv = [launch.python, "-m", "sglang.launch_server", "--model-path", str(launch.model),
+    argv = [launch.python, "-m", SERVER_ENTRY, "--model-path", str(launch.model),
             "--host", "127.0.0.1", "--port", str(launch.port), "--tp-size", str(max(1, launch.gpus)),
             *launch.server_args, *variant_args]
     if uses_draft:
@@ -84,10 +84,9 @@ def server_argv(launch: Launch, variant_args: Sequence[str], uses_draft: bool) -
     return (*argv, *launch.extra_args)
 
 
-def server_env(target: Path) -> dict[str, str]:
-    """The patched tree's ``python/`` first on PYTHONPATH, unbuffered so the log shows progress."""
-    paths = [str((target / "python").resolve()), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "PYTHONUNBUFFERED": "1"}
+def server_arguments(argv: Sequence[str]) -> tuple[str, ...]:
+    """What SGLang's parser reads of a :func:`server_argv`: everything after ``PY -m sglang.launch_server``."""
+    return tuple(argv[argv.index(SERVER_ENTRY) + 1:])
 
 
 def default_logs_dir(command: str) -> Path:
@@ -105,10 +104,11 @@ def usable_prompts(prompts: tuple[Prompt, ...],
 
 
 def preflight_or_raise(*, gpus: int, python: str, port: int, model: Path, draft_model: Path, target: Path,
-                       manifest: Manifest) -> Preflight:
-    """Every preflight check; any failure is bad input (exit 2), listed in one line, nothing started."""
+                       manifest: Manifest, argvs: Sequence[Sequence[str]] = ()) -> Preflight:
+    """Every preflight check; any failure is bad input (exit 2), listed in one line, nothing started.
+    ``argvs``: the servers' command lines (:func:`server_argv`), parsed by SGLang's own parser."""
     preflight = run_preflight(gpus=gpus, python=python, ports=(port,), model=model, draft_model=draft_model,
-                              target=target, manifest=manifest)
+                              target=target, manifest=manifest, server_argvs=[server_arguments(a) for a in argvs])
     if not preflight.ok:
         reasons = "; ".join(f"{c.name}: {c.detail}" for c in preflight.failures())
         raise BadInput(f"preflight failed: {reasons}", hint="nothing was started")
@@ -191,6 +191,9 @@ def _teardown(server: ServerGroup, launch: Launch, ui: ServerUI, name: str) -> T
 
 
 def teardown_words(teardown: Teardown) -> str:
+    if not teardown.sigterm_sent:
+        return "never started" if teardown.exit_code is None else \
+            f"had exited (code {teardown.exit_code}), no process left"
     how = "SIGKILLed after SIGTERM" if teardown.sigkill_sent else "stopped by SIGTERM"
     if teardown.leftover_pids:
         return f"{how}, but processes {list(teardown.leftover_pids)} are still alive"

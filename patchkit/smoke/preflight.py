@@ -1,6 +1,10 @@
 """Preflight: everything that can be checked before a server starts. Any failure is bad input (exit 2).
 
-GPUs are listed with ``nvidia-smi``; where it is missing, with torch in the server's interpreter.
+GPUs are listed with ``nvidia-smi``; where it is missing, with torch in the server's interpreter. In the
+server's interpreter, with the server's environment, :mod:`patchkit.smoke.server_probe` imports what
+the server needs (numpy, torch, ``sglang`` from the target, its entry module and the set's modules)
+and parses every server command line with SGLang's own parser; a failure names the module or the
+argument, and the fix.
 """
 
 from __future__ import annotations
@@ -9,14 +13,18 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from patchkit import proc
 from patchkit.errors import PatchkitError
 from patchkit.git import open_repo
 from patchkit.manifest import Manifest
 from patchkit.patchset import state
+from patchkit.smoke.server_probe import MARKER
 
 GPU_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.free,memory.total", "--format=csv,noheader,nounits")
 TORCH_QUERY = (
@@ -165,11 +173,95 @@ def check_python(python: str) -> Check:
     return Check("python", True, found)
 
 
+def server_env(target: Path) -> dict[str, str]:
+    """The patched tree's ``python/`` first on PYTHONPATH, unbuffered so the log shows progress."""
+    paths = [str((target / "python").resolve()), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "PYTHONUNBUFFERED": "1"}
+
+
+#: What every SGLang server imports first, before ``sglang`` itself.
+SERVER_NEEDS = ("numpy", "torch")
+#: The module ``python -m`` runs (see :func:`patchkit.smoke.launch.server_argv`).
+SERVER_ENTRY = "sglang.launch_server"
+PROBE = Path(__file__).with_name("server_probe.py")
+PROBE_TIMEOUT_S = 600.0
+
+
+def set_modules(target: Path, manifest: Manifest) -> list[str]:
+    """The target's modules that the set adds or changes (the server imports them to run the set)."""
+    source_root = str(manifest.verify.get("source_root", "python")).strip("/") + "/"
+    try:
+        touched = state.touched(open_repo(target), manifest)
+    except PatchkitError:
+        return []  # the target check says why
+    names = []
+    for rel in touched:
+        if rel.startswith(source_root) and rel.endswith(".py") and (target / rel).is_file():
+            parts = rel[len(source_root):-3].split("/")
+            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return sorted(set(names))
+
+
+def _import_fix(python: str, failure: dict[str, Any]) -> str:
+    missing = failure.get("missing")
+    if missing:
+        top = str(missing).split(".")[0]
+        return f"install {top} into that interpreter (`{python} -m pip install {top}`), or pass --python " \
+               "with the interpreter the server should run in"
+    return "its import fails there: check the versions of the packages it needs (`patchkit verify --gate " \
+           "imports` checks the tree's imports on CPU), or pass --python"
+
+
+def check_server(python: str, target: Path, manifest: Manifest,
+                 argvs: Sequence[Sequence[str]]) -> list[Check]:
+    """Import what the server needs and parse its command lines, in ``python`` with the server's
+    environment (see the module docstring): a "server imports" row, then a "server args" row."""
+    request = {"target": str(target.resolve()), "needs": list(SERVER_NEEDS),
+               "modules": [SERVER_ENTRY, *set_modules(target, manifest)], "argvs": [list(a) for a in argvs]}
+    try:
+        done = proc.run((python, "-c", PROBE.read_text()), input=json.dumps(request), env=server_env(target),
+                        check=False, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return [Check("server imports", False, f"{python} did not import what the server needs in "
+                      f"{PROBE_TIMEOUT_S:.0f}s; check that interpreter (or pass --python)")]
+    except OSError as error:  # found, but the system cannot run it (a broken #! line, not executable)
+        return [Check("server imports", False, f"{python} cannot be run: {error.strerror or error}; pass --python "
+                      "with a working interpreter")]
+    found = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
+    if not found:
+        said = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        return [Check("server imports", False, f"{python} could not run the check: "
+                      f"{said[-1] if said else f'exit {done.returncode}'}; pass --python with a working interpreter")]
+    report = json.loads(found[-1][len(MARKER):])
+    failure = report.get("failure")
+    if failure and failure["kind"] == "import":
+        return [Check("server imports", False, f"{python} cannot import {failure['what']} ({failure['error']}); "
+                      + _import_fix(python, failure))]
+    if failure and failure["kind"] == "location":
+        return [Check("server imports", False, f"{failure['error']}: the server would run that one; uninstall "
+                      f"it from {python} or pass --python with another interpreter")]
+    shown = ", ".join(f"{name} {version}" for name, version in report.get("versions", {}).items())
+    imported = Check("server imports", True, f"{report['imported']} module(s) import in {python} ({shown})")
+    if failure and failure["kind"] == "setup":
+        return [imported, Check("server args", False, f"SGLang cannot set up a server with these arguments here: "
+                                f"{failure['error']}; the server would stop the same way (check the host, or the "
+                                "arguments after `--`)")]
+    if failure:
+        return [imported, Check("server args", False, f"SGLang refuses the server arguments: {failure['error']}; "
+                                "fix that argument (after `--`, or in the set's [smoke] profile)")]
+    return [imported, Check("server args", True, f"SGLang's parser accepts the {report['parsed']} server "
+                            "command line(s)")]
+
+
 def run_preflight(*, gpus: int, python: str, ports: tuple[int, ...], model: Path, draft_model: Path,
-                  target: Path, manifest: Manifest) -> Preflight:
-    """Run every check (not stopping at the first failure, so one run shows every problem)."""
+                  target: Path, manifest: Manifest, server_argvs: Sequence[Sequence[str]] = ()) -> Preflight:
+    """Run every check (not stopping at the first failure, so one run shows every problem).
+
+    ``server_argvs``: the server command lines the run will launch, after ``PY -m sglang.launch_server``."""
     checks = [check_python(python), *(check_port(p) for p in ports), check_model_dir("model", model),
               check_model_dir("draft-model", draft_model), check_target(target, manifest)]
+    if checks[0].ok and (target / "python" / "sglang").is_dir():
+        checks += check_server(python, target, manifest, server_argvs)
     found: list[GpuInfo] = []
     source = None
     if gpus > 0:

@@ -26,6 +26,7 @@ from patchkit.smoke.launch import (
     preflight_or_raise,
     request,
     serve,
+    server_arguments,
     server_argv,
     usable_prompts,
 )
@@ -138,15 +139,17 @@ def run_smoke(opts: SmokeOptions, ui: ServerUI | None = None) -> SmokeResult:
     prompts, skipped = usable_prompts(all_prompts, (*profile.server_args, *opts.extra_args))
     if not prompts:
         raise BadInput("no prompt can run: every prompt is text and the server skips its tokenizer")
+    logs = opts.logs or default_logs_dir("smoke")
+    launch = smoke_launch(opts, profile, logs)
+    argvs = [role_argv(role, launch, profile) for role in ROLES]
     if opts.preflight_only:  # show every check, passing or not
         preflight = run_preflight(gpus=opts.gpus, python=opts.python, ports=(opts.port,), model=opts.model,
-                                  draft_model=opts.draft_model, target=opts.target, manifest=manifest)
+                                  draft_model=opts.draft_model, target=opts.target, manifest=manifest,
+                                  server_argvs=[server_arguments(argv) for argv in argvs])
         return SmokeResult(command="smoke", ok=preflight.ok, set_id=profile.set_id, gpus=opts.gpus,
                            preflight=preflight, preflight_only=True)
     preflight = preflight_or_raise(gpus=opts.gpus, python=opts.python, port=opts.port, model=opts.model,
-                                   draft_model=opts.draft_model, target=opts.target, manifest=manifest)
-    logs = opts.logs or default_logs_dir("smoke")
-    launch = smoke_launch(opts, profile, logs)
+                                   draft_model=opts.draft_model, target=opts.target, manifest=manifest, argvs=argvs)
     max_new_tokens = opts.max_new_tokens or profile.max_new_tokens
     runs, outputs = [], []
     for role in ROLES:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -57,6 +58,22 @@ def log_tail(path: Path, lines: int = 20) -> str:
     except FileNotFoundError:
         return ""
     return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
+
+
+#: A line that says what went wrong: a Python exception (``ModuleNotFoundError: ...``), argparse's or a
+#: logger's ``error:``, an ``ERROR`` record.
+_ERROR_LINE = re.compile(r"^\s*[\w.]*(?:Error|Exception|Exit)(?::|$)|\b[Ee]rror:|\bERROR\b")
+
+
+def first_error_line(path: Path) -> str:
+    """The log's first line that says what went wrong, else its last line ('' for an empty log); the
+    command line patchkit writes at the top is not the server's."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("$ ")]
+    return next((line for line in lines if _ERROR_LINE.search(line)), lines[-1] if lines else "")
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -160,7 +177,8 @@ class ServerGroup:
             self.remember_descendants()
             code = self.exit_code()
             if code is not None:
-                raise self.failure(f"exited with code {code} before it was ready")
+                said = first_error_line(self.log)
+                raise self.failure(f"exited with code {code} before it was ready" + (f": {said}" if said else ""))
             if self.healthy():
                 return time.monotonic() - self.started_at
             if time.monotonic() >= deadline:
@@ -195,6 +213,8 @@ class ServerGroup:
             return Teardown(False, False, 0.0, None, ())
         begun = time.monotonic()
         self.remember_descendants()
+        if self._popen.poll() is not None and not self._survivors():  # it had exited, and took its group along
+            return Teardown(False, False, time.monotonic() - begun, self._popen.poll(), ())
         with _signals_deferred():
             self._signal_group(signal.SIGTERM)
             gone = self._wait_gone(begun + grace_s)

@@ -283,6 +283,17 @@ def test_bad_concurrency_value_is_a_usage_error(bench_env):
     assert out.code == 2 and "every value must be a positive integer" in out.stderr
 
 
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--budgets", "64,,16", "'64,,16' has an empty item: separate the values with single commas"),
+    ("--concurrency", "1,8,", "'1,8,' has an empty item"),
+    ("--budgets", "abc", "'abc' is not a comma-separated list of positive integers or auto"),
+])
+def test_a_malformed_list_is_refused_before_any_server_starts(bench_env, option, value, message):
+    out = bench_env.run(option, value, as_json=False)
+    assert out.code == 2 and message in " ".join(out.stderr.split()), out.stderr
+    assert not (bench_env.tmp / "logs").exists()
+
+
 def test_model_without_config_and_port_in_use_fail_preflight(bench_env):
     (bench_env.model / "config.json").unlink()
     with socket.socket() as holder:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 
-from tests.smoke.conftest import make_target
+from tests.smoke.conftest import git, make_target
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
 # Answers the query patchkit sends, like nvidia-smi on an H200 host.
@@ -27,9 +29,12 @@ def test_preflight_only_passes_and_starts_nothing(smoke_env):
     out = smoke_env.run("--preflight-only")
     assert out.code == 0, out.stderr
     checks = {c["name"]: c for c in out.doc["result"]["preflight"]["checks"]}
-    assert set(checks) == {"gpus", "python", "port", "model", "draft-model", "target"}
+    assert set(checks) == {"gpus", "python", "port", "model", "draft-model", "target", "server imports",
+                           "server args"}
     assert all(c["ok"] for c in checks.values())
     assert "CPU stand-in mode" in checks["gpus"]["detail"]
+    assert "numpy" in checks["server imports"]["detail"] and "torch" in checks["server imports"]["detail"]
+    assert "accepts the 2 server command line(s)" in checks["server args"]["detail"]
     assert out.doc["result"]["servers"] == []
     assert not smoke_env.logs.exists()
 
@@ -133,3 +138,39 @@ def test_target_that_is_not_a_repository_is_reported_as_unknown(smoke_env):
     assert out.code == 2
     message = out.doc["error"]["message"]
     assert f"cannot tell whether {plain} is patched by ddtree@1: target {plain} is not a git repository" in message
+
+
+def test_sglangs_own_parser_refuses_an_extra_server_argument(smoke_env):
+    out = smoke_env.run("--preflight-only", "--", "--speculative-ddtree-budget", "abc")
+    assert out.code == 2 and out.doc["result"]["servers"] == []
+    checks = {c["name"]: c for c in out.doc["result"]["preflight"]["checks"]}
+    assert checks["server imports"]["ok"] and not checks["server args"]["ok"]
+    assert "argument --speculative-ddtree-budget: invalid ddtree_budget value: 'abc'" in checks["server args"]["detail"]
+
+    human = smoke_env.run("--", "--speculative-ddtree-budget", "abc", as_json=False)
+    lines = human.stderr.strip().splitlines()
+    assert human.code == 2 and len(lines) == 1, human.stderr
+    assert "server args: SGLang refuses the server arguments: argument --speculative-ddtree-budget" in lines[0]
+    assert "fix that argument" in lines[0] and not smoke_env.logs.exists()
+
+
+def test_an_interpreter_without_numpy_fails_preflight_naming_it_and_the_fix(smoke_env):
+    bare = smoke_env.tmp / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    python = str(bare / "bin" / "python")
+    out = smoke_env.run("--python", python, as_json=False)
+    lines = out.stderr.strip().splitlines()
+    assert out.code == 2 and len(lines) == 1, out.stderr
+    assert f"server imports: {python} cannot import numpy (ModuleNotFoundError: No module named 'numpy')" in lines[0]
+    assert f"install numpy into that interpreter (`{python} -m pip install numpy`)" in lines[0]
+    assert not smoke_env.logs.exists(), "no server was started"
+
+
+def test_a_module_of_the_set_that_cannot_import_is_named(smoke_env):
+    (smoke_env.target / "python" / "sglang" / "ddtree.py").write_text("import ddtree_kernel_lib\n")
+    git(smoke_env.target, "commit", "-q", "-a", "--amend", "--no-edit")
+    out = smoke_env.run("--preflight-only")
+    checks = {c["name"]: c for c in out.doc["result"]["preflight"]["checks"]}
+    assert out.code == 2 and "server args" not in checks
+    assert "cannot import sglang.ddtree (ModuleNotFoundError: No module named 'ddtree_kernel_lib'); install " \
+           "ddtree_kernel_lib into that interpreter" in checks["server imports"]["detail"]

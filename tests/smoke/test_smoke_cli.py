@@ -70,8 +70,10 @@ def test_server_that_never_becomes_healthy_times_out(smoke_env):
 def test_crash_at_start_shows_log_tail(smoke_env):
     out = smoke_env.run(as_json=False, crash_at_start="1")
     assert out.code == 1
-    assert "baseline server failed: baseline server: exited with code 1 before it was ready" in out.stdout
-    assert "RuntimeError: standin: crash at start (as asked)" in out.stdout
+    assert ("baseline server failed: baseline server: exited with code 1 before it was ready: "
+            "RuntimeError: standin: crash at start (as asked)") in out.stdout
+    assert "baseline server had exited (code 1), no process left" in out.stderr
+    assert "SIGTERM" not in out.stderr + out.stdout, "a server that died by itself was not stopped by a signal"
     assert "smoke: FAIL" in out.stdout
     assert "crash at start" in (smoke_env.logs / "baseline.log").read_text()
     assert alive(smoke_env.server_pids()) == set()
@@ -183,11 +185,13 @@ def test_sigterm_to_patchkit_tears_down(smoke_env):
     assert_all_gone(smoke_env)
 
 
-def test_server_interpreter_that_cannot_start_is_a_server_failure(smoke_env, tmp_path):
-    # Passes preflight (it exists and is on PATH) but cannot be executed.
+def test_server_interpreter_that_cannot_run_fails_preflight(smoke_env, tmp_path):
+    # It exists and is on PATH, but cannot be executed: preflight runs it, so no server is started.
     broken = tmp_path / "python-broken"
     broken.write_text("#!/nonexistent/interpreter\n")
     broken.chmod(0o755)
-    out = smoke_env.run("--python", str(broken))
-    assert out.code == 1
-    assert "could not start" in servers(out.doc)["baseline"]["failure"]
+    out = smoke_env.run("--python", str(broken), as_json=False)
+    lines = out.stderr.strip().splitlines()
+    assert out.code == 2 and len(lines) == 1, out.stderr
+    assert f"server imports: {broken} cannot be run: No such file or directory; pass --python" in lines[0]
+    assert not smoke_env.logs.exists()

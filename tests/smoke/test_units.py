@@ -81,3 +81,43 @@ def test_nvidia_smi_parsing():
 
 def test_port_out_of_range():
     assert not check_port(70000).ok
+
+
+def test_a_server_that_cannot_be_started_is_a_server_failure_that_was_never_signalled(tmp_path):
+    from patchkit.smoke.launch import teardown_words
+    from patchkit.smoke.server import ServerFailed, ServerGroup
+
+    broken = tmp_path / "python-broken"
+    broken.write_text("#!/nonexistent/interpreter\n")
+    broken.chmod(0o755)
+    server = ServerGroup("baseline", [str(broken), "-m", "sglang.launch_server"], env={}, log=tmp_path / "b.log",
+                         port=1)
+    with pytest.raises(ServerFailed, match="could not start"):
+        server.start()
+    assert teardown_words(server.teardown(1.0)) == "never started"
+
+
+@pytest.mark.parametrize(("log", "first"), [
+    ("$ python -m sglang.launch_server --error: not this\nloading\nTraceback (most recent call last):\n"
+     '  File "x.py", line 1, in <module>\nModuleNotFoundError: No module named \'numpy\'\nlater: error: too\n',
+     "ModuleNotFoundError: No module named 'numpy'"),
+    ("starting\nsglang serve: error: argument --tp-size: invalid int value: 'x'\n",
+     "sglang serve: error: argument --tp-size: invalid int value: 'x'"),
+    ("[2026-12-04 10:00:00] ERROR scheduler died\n", "[2026-12-04 10:00:00] ERROR scheduler died"),
+    ("starting\nbye\n", "bye"),
+    ("", ""),
+])
+def test_the_first_error_line_of_a_server_log(tmp_path, log, first):
+    from patchkit.smoke.server import first_error_line
+
+    path = tmp_path / "server.log"
+    path.write_text(log)
+    assert first_error_line(path) == first
+
+
+def test_a_log_line_that_only_mentions_errors_is_not_the_error(tmp_path):
+    from patchkit.smoke.server import first_error_line
+
+    path = tmp_path / "server.log"
+    path.write_text("INFO: error handling is on; 0 errors so far\nValueError: bad --tp-size\n")
+    assert first_error_line(path) == "ValueError: bad --tp-size"

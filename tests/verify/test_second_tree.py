@@ -33,8 +33,9 @@ def two_trees(tmp_path) -> tuple[Path, Path, Path]:
     return tree_a, tree_b, set_dir
 
 
-def verdict(set_dir: Path, tree: Path) -> tuple[int, list[tuple[str, str, int | None, str]]]:
-    result = verify(set_dir, tree, ["xref", "tests"], registry={"xref": xref, "tests": settests})
+def verdict(set_dir: Path, tree: Path, strict: bool = False) -> tuple[int, list[tuple[str, str, int | None, str]]]:
+    overrides = {"tests": {"strict_coverage": True}} if strict else {}
+    result = verify(set_dir, tree, ["xref", "tests"], registry={"xref": xref, "tests": settests}, overrides=overrides)
     rows = [(f.severity.value, f.file, f.line, f.message) for run in result.gates for f in run.findings]
     return result.exit_code, rows
 
@@ -42,14 +43,12 @@ def verdict(set_dir: Path, tree: Path) -> tuple[int, list[tuple[str, str, int | 
 @pytest.mark.parametrize("strict", [False, True], ids=["warnings", "strict-coverage"])
 def test_the_second_tree_gets_the_first_trees_verdict_in_either_order(two_trees, tmp_path, monkeypatch, strict):
     tree_a, tree_b, set_dir = two_trees
-    if strict:
-        monkeypatch.setenv("PATCHKIT_STRICT_COVERAGE", "1")
     monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache-ab"))
-    a_first = verdict(set_dir, tree_a)
-    b_second = verdict(set_dir, tree_b)
+    a_first = verdict(set_dir, tree_a, strict)
+    b_second = verdict(set_dir, tree_b, strict)
     monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache-ba"))
-    b_first = verdict(set_dir, tree_b)
-    a_second = verdict(set_dir, tree_a)
+    b_first = verdict(set_dir, tree_b, strict)
+    a_second = verdict(set_dir, tree_a, strict)
 
     assert a_first == b_second == b_first == a_second
     code, rows = a_first

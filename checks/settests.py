@@ -34,7 +34,7 @@ from typing import Any
 
 from patchkit import proc
 from patchkit.checks._probe.runner import python_names
-from patchkit.checks._tests.coverage import Statements, declarations, ochiai, uncovered
+from patchkit.checks._tests.coverage import Declaration, Statements, declarations, ochiai, suggestions, uncovered
 from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit.errors import BadInput, location
 from patchkit.manifest import line_of
@@ -312,15 +312,13 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
     return out
 
 
-def check_config(ctx: VerifyContext) -> None:
-    """The coverage declarations name lines the set adds, each with a reason (bad input otherwise)."""
-    table = ctx.gate_config(NAME)
-    named = {str(spec).partition(":")[0] for name in ("unreachable", "untested") for spec in table.get(name, {})}
-    if not named:
-        return
-    files = [t for t in ctx.touched if t in named and t.endswith(".py")]
-    added = added_lines(ctx.root, files, ctx.base_commit)
-    declarations(ctx.manifest.path, table, added, statement_tables(ctx, added))
+def declaration_findings(ctx: VerifyContext, added: dict[str, frozenset[int]],
+                         tables: dict[str, Statements]) -> tuple[list[Declaration], list[Finding]]:
+    """The coverage declarations, and a finding at the manifest's line for each that matches nothing."""
+    declared, problems = declarations(ctx.manifest.path, ctx.gate_config(NAME), added, tables)
+    shown = display_path(ctx.manifest.path)
+    return declared, [Finding(gate=NAME, severity=Severity.ERROR, file=shown, line=p.manifest_line, message=p.message,
+                              hint=p.hint) for p in problems]
 
 
 def strict_coverage(ctx: VerifyContext) -> bool:
@@ -332,7 +330,7 @@ def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[s
     if outcome.get("returncode") not in (0, 1) or "lines" not in outcome:
         return []
     tables = statement_tables(ctx, added)
-    declared = declarations(ctx.manifest.path, ctx.gate_config(NAME), added, tables)
+    declared, _ = declarations(ctx.manifest.path, ctx.gate_config(NAME), added, tables)
     if outcome.get("reused"):
         return [Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
                         message=f"added-line coverage not measured: {outcome['reused']} test(s) were reused from an "
@@ -349,11 +347,12 @@ def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[s
     for group, patch in zip(groups, patches, strict=True):
         shown = ", ".join(map(str, group.lines[:12])) + (" ..." if len(group.lines) > 12 else "")
         where = group.scope or "module level"
+        named = suggestions(group.file, tables[group.file], added[group.file], group.lines)
         findings.append(Finding(
             gate=NAME, severity=severity, file=group.file, line=group.lines[0],
             message=f"{len(group.lines)} added statement(s) in {where} run in no set test ({patch}): line(s) {shown}",
-            hint=f'test it on CPU, or declare it in the manifest\'s [verify.tests.unreachable]: '
-            f'"{group.file}:{group.scope or group.lines[0]}" = "<why it cannot run on CPU>"'))
+            hint="test it on CPU, or, if no CPU can run it, declare it in the manifest's [verify.tests.unreachable]: "
+            + "; ".join(f'{key} = "<why no CPU can run it>"' for key in named)))
     percent = 100.0 * done / total if total else 100.0
     unreachable = sum(1 for d in declared if d.table == "unreachable")
     findings.append(Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
@@ -386,6 +385,12 @@ def patch_names(ctx: VerifyContext, places: list[tuple[str, int]]) -> list[str]:
 
 def run(ctx: VerifyContext) -> list[Finding]:
     config = ctx.gate_config(NAME)
+    shared = config.get("shared", [])
+    missing = sorted(set(shared if isinstance(shared, list) else []) & ctx.missing_references)
+    if missing:  # the set's own tests need the shared ones' fixtures too: a run would report the same cause
+        return [Finding(gate=NAME, severity=Severity.INFO, file=display_path(ctx.manifest.path), line=None,
+                        message=f"set tests not run: the shared tests {missing} are missing (reported when the set "
+                        "was loaded)")]
     # `path` is the tests folder, or one test file of it (a narrowed run, as the seeded-defect rows use)
     tests_dir = ctx.set_dir / str(config.get("path", "tests"))
     tests = paths_to_run(ctx.set_dir, config)
@@ -416,7 +421,9 @@ def run(ctx: VerifyContext) -> list[Finding]:
     note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests[0]), line=None,
                    message=f"set tests {interpreter.note}" + _shared_note([p for p in tests if p != tests_dir]))
     added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")], ctx.base_commit)
-    return [note, *stub_rows, *findings_from(outcome, tests, ctx, added), *coverage_findings(outcome, ctx, added)]
+    _, stale = declaration_findings(ctx, added, statement_tables(ctx, added))
+    return [note, *stub_rows, *findings_from(outcome, tests, ctx, added), *stale,
+            *coverage_findings(outcome, ctx, added)]
 
 
 def _shared_note(shared: list[Path]) -> str:

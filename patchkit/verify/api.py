@@ -64,6 +64,9 @@ class VerifyContext:
     cache_dir: Path  # gate result cache, keyed by content hashes
     env_dir: Path  # where isolated environments are created and cached
     progress: Callable[[str], None] = field(default=_silent, compare=False, repr=False)  # slow steps say what they do
+    # folders outside the set that the manifest names and that are not there (set-relative, as written):
+    # reported once when the set is loaded, so a gate leaves out what their absence alone would make it report
+    missing_references: frozenset[str] = frozenset()
 
     def gate_config(self, gate: str) -> dict[str, Any]:
         """The manifest's ``[verify.<gate>]`` table (empty when absent)."""

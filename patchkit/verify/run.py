@@ -13,6 +13,7 @@ Warnings and info findings are reported but do not fail a gate.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 import traceback
@@ -169,6 +170,19 @@ def check_gate_configs(ctx: VerifyContext, registry: Mapping[str, Gate], wanted:
             check(ctx)
 
 
+def check_references(ctx: VerifyContext) -> tuple[VerifyContext, tuple[GateRun, ...]]:
+    """The set's folders outside itself that are missing: one ``set`` row of findings before the gates,
+    and the context that tells the gates which folders were reported (they leave out the consequences)."""
+    from patchkit.verify.references import SET_CHECK, load_findings, missing_references
+
+    missing = missing_references(ctx.set_dir, ctx.manifest)
+    if not missing:
+        return ctx, ()
+    findings = tuple(load_findings(ctx.set_dir, ctx.manifest, missing))
+    ctx = dataclasses.replace(ctx, missing_references=frozenset(ref.path for ref in missing))
+    return ctx, (GateRun(gate=SET_CHECK, status="fail", seconds=0.0, findings=findings),)
+
+
 # ---------------------------------------------------------------- the command
 
 
@@ -189,8 +203,9 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
     ctx = build_context(set_dir, target, on_gate.note)
     target_check = check_target(ctx, allow_drift=allow_drift)
     check_gate_configs(ctx, registry, gates)
+    ctx, loaded = check_references(ctx)
     tree = tree_identity(ctx.root) if target_check.exact and reusable else None
-    runs = run_gates(ctx, registry, gates, on_gate, extra, reuse_for(ctx, reusable, tree))
+    runs = (*loaded, *run_gates(ctx, registry, gates, on_gate, extra, reuse_for(ctx, reusable, tree)))
     ok = all(run.status == "pass" for run in runs)
     result = VerifyResult(command="verify", ok=ok, target=str(ctx.root), set_dir=str(ctx.set_dir),
                           target_check=target_check, touched=ctx.touched, gates=runs,

@@ -105,8 +105,11 @@ def run_pytest(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Pat
     ``selection`` limits it to those node ids (relative to the set directory)."""
     env = {"PATCHKIT_TARGET": str(ctx.root), "PATCHKIT_SET": str(ctx.set_dir), "PYTHONDONTWRITEBYTECODE": "1",
            "PATCHKIT_TRACE_DEPS": "1", "PATCHKIT_COVER_FILES": os.pathsep.join(sorted(covered_paths(ctx)))}
-    if stub_dir:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub_dir), os.environ.get("PYTHONPATH")]))
+    # the shared test packages are importable by name (a set's conftest takes their fixtures), wherever
+    # the manifest places them
+    shared = [str(path) for path in shared_dirs(ctx.set_dir, config)]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub_dir) if stub_dir else None, *shared,
+                                                      os.environ.get("PYTHONPATH")]))
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="patchkit-tests-") as tmp:
         out = Path(tmp) / "results.json"

@@ -220,8 +220,8 @@ def sets_cmd(context: click.Context, output: Output) -> None:
 def sets_copy_cmd(source: Path, dest: Path, output: Output) -> None:
     """Copy a set (a name or a folder) to DEST, self-contained: the folders its manifest names outside
     itself (shared tests) are copied into DEST/shared/ and the manifest points at them."""
-    from patchkit.paths import resolve_set
     from patchkit.patchset.selfcontained import copy_set
+    from patchkit.paths import resolve_set
 
     run_command("sets copy", output, lambda: copy_set(resolve_set(source), dest))
 

@@ -143,7 +143,8 @@ def declarations(manifest_path: Path, table: dict[str, Any], added: Mapping[str,
                                     "table", f'write [verify.tests.{name}] with lines "FILE:FUNCTION" = "reason"'))
             continue
         for spec, reason in entries.items():
-            found = _declaration(str(spec), reason, name, _line_of(text, _toml_key(str(spec)), f"'{spec}'"), added, statements)
+            where = _line_of(text, _toml_key(str(spec)), f"'{spec}'")
+            found = _declaration(str(spec), reason, name, where, added, statements)
             if isinstance(found, Problem):
                 problems.append(found)
             elif found is not None:
@@ -173,7 +174,7 @@ def _declaration(spec: str, reason: object, table: str, line: int | None, added:
         named = suggestions(file, table_of, added[file], lines)
         return problem("names lines by number, which move with every edit above them",
                        "declare by name: " + (", ".join(named) if named else '"FILE:FUNCTION"'))
-    if qual and not _QUAL.fullmatch(qual) or not qual and not wanted_text:
+    if (qual and not _QUAL.fullmatch(qual)) or (not qual and not wanted_text):
         return problem("is not FILE:FUNCTION or FILE:FUNCTION:STATEMENT",
                        'write e.g. "python/pkg/mod.py:Worker.capture" or '
                        '"python/pkg/mod.py:Worker.capture:return _launch(grid)"')
@@ -192,8 +193,8 @@ def _declaration(spec: str, reason: object, table: str, line: int | None, added:
         near = _nearest(wanted, [table_of.first_line_text(first) for first in mine])
         return problem(f"matches no statement the set adds to {qual or 'the module level'}",
                        f"the nearest added statement there is {near!r}" if near else "remove the declaration")
-    lines = frozenset(n for first in hits for n in range(first, table_of.ends[first] + 1) if n in added[file])
-    return Declaration(file, lines, reason.strip(), line, table)
+    covered = frozenset(n for first in hits for n in range(first, table_of.ends[first] + 1) if n in added[file])
+    return Declaration(file, covered, reason.strip(), line, table)
 
 
 _QUAL = re.compile(r"[A-Za-z_][\w.]*")

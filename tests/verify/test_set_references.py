@@ -14,7 +14,8 @@ from patchkit.testing.verify import applied_example
 
 CORE = "def ddtree_norm(xs):\n    total = sum(xs)\n    return [x / total for x in xs]\n"
 TEST = ("import os, sys\nsys.path.insert(0, os.path.join(os.environ['PATCHKIT_TARGET'], 'python'))\n"
-        "from pkg.ddtree_core import ddtree_norm\n\n\ndef test_norm():\n    assert ddtree_norm([1, 3]) == [0.25, 0.75]\n")
+        "from pkg.ddtree_core import ddtree_norm\n\n\n"
+        "def test_norm():\n    assert ddtree_norm([1, 3]) == [0.25, 0.75]\n")
 OWN = ("import os, sys\nsys.path.insert(0, os.path.join(os.environ['PATCHKIT_TARGET'], 'python'))\n"
        "from helpers_of_the_shared import ONE\n\n\ndef test_own():\n    assert ONE == 1\n")
 

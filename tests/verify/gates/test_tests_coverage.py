@@ -1,5 +1,6 @@
 """Added-line coverage and the Ochiai locator of the tests gate (checks/_tests/coverage.py): statements,
-declarations (a stale one is a finding at the manifest's line, naming the nearest match), and the CLI's --strict-coverage."""
+declarations (a stale one is a finding at the manifest's line, naming the nearest match), and the CLI's
+--strict-coverage."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_ochiai_ranks_the_line_only_failing_tests_run_first():
     ("m.py:7-13", "GPU only", "names lines by number", '"m.py:widths"'),
     ("m.py:widht", "GPU only", "names no function or class of m.py", "the nearest name is m.py:widths"),
     ("m.py:widths:return outs", "GPU only", "matches no statement", "'return out'"),
-    ("mm.py:widths", "GPU only", "names a file the set adds no Python line to", "the nearest file the set touches is m.py"),
+    ("mm.py:widths", "GPU only", "names a file the set adds no Python line to", "the nearest file the set touches is "
+     "m.py"),
     ("m.py", "GPU only", "is not FILE:FUNCTION", "write e.g."),
 ])
 def test_a_bad_declaration_is_a_problem_at_the_manifest_line_with_the_nearest_name(tmp_path, spec, reason, message,
@@ -139,7 +141,8 @@ def test_a_stale_declaration_is_a_tests_finding_and_the_other_gates_still_run(tm
     gates = {g["gate"]: g for g in json.loads(done.stdout)["result"]["gates"]}
     assert gates["compile"]["status"] == "pass"
     (stale,) = [f for f in gates["tests"]["findings"] if f["severity"] == "error"]
-    assert stale["file"].endswith("manifest.toml") and stale["line"] == _manifest_line(set_dir, "python/pkg/algo.py:subb")
+    assert stale["file"].endswith("manifest.toml")
+    assert stale["line"] == _manifest_line(set_dir, "python/pkg/algo.py:subb")
     assert "python/pkg/algo.py:subb" in stale["message"] and "python/pkg/algo.py:sub" in stale["hint"]
 
 

@@ -34,7 +34,15 @@ from typing import Any
 
 from patchkit import proc
 from patchkit.checks._probe.runner import python_names
-from patchkit.checks._tests.coverage import Declaration, Statements, declarations, ochiai, suggestions, uncovered
+from patchkit.checks._tests.coverage import (
+    Declaration,
+    Statements,
+    declarations,
+    executed_statements,
+    ochiai,
+    suggestions,
+    uncovered,
+)
 from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit.errors import BadInput, location
 from patchkit.manifest import line_of
@@ -345,8 +353,8 @@ def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[s
     groups, counts = uncovered(added, ran, tables, declared)
     total, done = counts.total, counts.done
     severity = Severity.ERROR if strict_coverage(ctx) else Severity.WARNING
+    findings = stale_declarations(ctx, declared, ran, tables)
     patches = patch_names(ctx, [(g.file, g.lines[0]) for g in groups])
-    findings = []
     for group, patch in zip(groups, patches, strict=True):
         shown = ", ".join(map(str, group.lines[:12])) + (" ..." if len(group.lines) > 12 else "")
         where = group.scope or "module level"
@@ -364,6 +372,23 @@ def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[s
                             f"{len(declared) - unreachable} known gap(s) over {counts.gaps} statement(s); "
                             f"{100.0 * (done - counts.gaps) / total if total else 100.0:.1f}% without the known gaps)"))
     return findings
+
+
+def stale_declarations(ctx: VerifyContext, declared: list[Declaration], ran: dict[str, set[int]],
+                       tables: dict[str, Statements]) -> list[Finding]:
+    """A declaration whose every statement a set test ran says something false (no CPU runs it, or no
+    test does): a warning at its manifest line, so that a new test retires it."""
+    out = []
+    for declaration in declared:
+        table = tables[declaration.file]
+        covered = {table.owner[n] for n in declaration.lines if n in table.owner}
+        if covered and covered <= executed_statements(ran.get(declaration.file, set()), table):
+            out.append(Finding(gate=NAME, severity=Severity.WARNING, file=display_path(ctx.manifest.path),
+                               line=declaration.manifest_line,
+                               message=f"coverage declaration {declaration.spec!r} ([verify.tests."
+                               f"{declaration.table}]) covers only code the set tests ran",
+                               hint="remove the declaration: a test runs what it names"))
+    return out
 
 
 def patch_names(ctx: VerifyContext, places: list[tuple[str, int]]) -> list[str]:

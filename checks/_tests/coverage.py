@@ -116,6 +116,7 @@ class Declaration:
     reason: str
     manifest_line: int | None
     table: str = TABLE
+    spec: str = ""  # as the manifest writes it
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,8 @@ def _declaration(spec: str, reason: object, table: str, line: int | None, added:
     if not mine:
         return problem(f"names code the set does not add to {file}", "remove the declaration")
     if not wanted_text:
-        return Declaration(file, frozenset(_span_lines(table_of, qual) & added[file]), reason.strip(), line, table)
+        return Declaration(file, frozenset(_span_lines(table_of, qual) & added[file]), reason.strip(), line, table,
+                           spec)
     wanted = " ".join(wanted_text.split())
     hits = [first for first in mine if table_of.first_line_text(first).startswith(wanted)]
     if not hits:
@@ -194,7 +196,7 @@ def _declaration(spec: str, reason: object, table: str, line: int | None, added:
         return problem(f"matches no statement the set adds to {qual or 'the module level'}",
                        f"the nearest added statement there is {near!r}" if near else "remove the declaration")
     covered = frozenset(n for first in hits for n in range(first, table_of.ends[first] + 1) if n in added[file])
-    return Declaration(file, covered, reason.strip(), line, table)
+    return Declaration(file, covered, reason.strip(), line, table, spec)
 
 
 _QUAL = re.compile(r"[A-Za-z_][\w.]*")

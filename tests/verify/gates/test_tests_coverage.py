@@ -204,3 +204,14 @@ def test_the_locator_puts_the_changed_line_first_though_passing_tests_run_it(mak
         assert "its function changed since the recorded run" in finding.message
         assert "runs in 2 of 2 failing and 4 of 4 passing test(s)" in finding.message
     assert located[2].line in (7, 8, 12, 13) and "changed" not in located[2].message
+
+
+def test_a_declaration_of_code_the_tests_run_is_a_warning_to_remove_it(tmp_path):
+    target, set_dir = _set(tmp_path, {"python/pkg/algo.py:add": "GPU only", "python/pkg/algo.py:sub": "GPU only"})
+    done = _verify(target, set_dir)
+    assert done.exit_code == 0, done.output
+    findings = [f for g in json.loads(done.stdout)["result"]["gates"] for f in g["findings"]
+                if f["severity"] == "warning"]
+    (stale,) = findings  # add() runs in test_add; sub() runs in no test, so its declaration holds
+    assert stale["line"] == _manifest_line(set_dir, "python/pkg/algo.py:add")
+    assert "covers only code the set tests ran" in stale["message"]

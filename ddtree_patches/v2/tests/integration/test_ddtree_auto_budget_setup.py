@@ -18,7 +18,6 @@ import torch
 
 worker_mod = pytest.importorskip("sglang.srt.speculative.ddtree_worker_v2")
 from sglang.srt.speculative import ddtree_utils  # noqa: E402
-from sglang.srt.speculative.ddtree_budget import CostTable  # noqa: E402
 
 Worker = worker_mod.DDTreeWorkerV2
 
@@ -109,5 +108,3 @@ def test_the_test_only_broken_rule_swaps_some_targets_for_a_drafted_child():
     drafted = set(tree.node_token_ids.flatten().tolist())
     changed = broken[broken != -1]
     assert changed.numel() > 0 and set(changed.tolist()) <= drafted
-
-

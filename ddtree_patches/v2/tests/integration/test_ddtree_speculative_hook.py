@@ -77,3 +77,45 @@ def test_what_ddtree_cannot_serve_is_refused_naming_the_flag(fields, message):
 @pytest.mark.parametrize(("value", "parsed"), [("64", 64), (" 16 ", 16), ("auto", "auto"), ("1.5", "1.5")])
 def test_the_budget_flag_keeps_a_whole_number_as_an_int_and_anything_else_as_text(value, parsed):
     assert _ddtree_budget_arg(value) == parsed
+
+
+def test_deterministic_inference_without_a_backend_takes_the_tree_mask_backend_for_ddtree():
+    from types import SimpleNamespace
+
+    from sglang.srt.arg_groups.overrides import _deterministic_attention_backend
+
+    view = SimpleNamespace(enable_deterministic_inference=True, attention_backend=None,
+                           _is_ddtree_requested=lambda: True)
+    assert _deterministic_attention_backend(view) == {"attention_backend": "triton"}
+
+
+@pytest.mark.parametrize(("algorithm", "relayed"), [("DDTREE", False), ("DFLASH", False), ("EAGLE", True)])
+def test_ddtree_relays_no_hidden_states_through_the_future_map(algorithm, relayed):
+    from types import SimpleNamespace
+
+    from sglang.srt.speculative.spec_utils import spec_need_hidden_states
+
+    args = SimpleNamespace(speculative_algorithm=algorithm, enable_multi_layer_eagle=False)
+    assert spec_need_hidden_states(args) is relayed
+
+
+def test_without_ddtree_deterministic_inference_keeps_the_architectures_fallback():
+    from types import SimpleNamespace
+
+    from sglang.srt.arg_groups.overrides import _deterministic_attention_backend
+
+    view = SimpleNamespace(enable_deterministic_inference=True, attention_backend=None,
+                           _is_ddtree_requested=lambda: False)
+    assert _deterministic_attention_backend(view) == {"attention_backend": "fa3"}  # no Blackwell here
+
+
+def test_the_draft_block_size_is_read_from_the_draft_checkpoints_config(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "architectures": ["DFlashDraftModel"], "hidden_size": 64, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 128, "vocab_size": 100,
+        "block_size": 8, "dflash_config": {"block_size": 8, "target_layer_ids": [0]}}))
+    args = ddtree_args(speculative_draft_model_path=str(tmp_path), json_model_override_args="{}",
+                       trust_remote_code=False, speculative_draft_model_revision=None)
+    assert hook._infer_dflash_block_size(args) == 8

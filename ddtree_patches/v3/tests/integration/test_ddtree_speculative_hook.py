@@ -66,11 +66,21 @@ def test_a_draft_without_a_readable_config_takes_the_default_block(caplog):
     assert "the block size defaults to 16" in caplog.text
 
 
-def test_the_draft_block_size_is_read_from_the_draft_checkpoints_config(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "architectures": ["DFlashDraftModel"], "hidden_size": 64, "num_hidden_layers": 1,
+def _draft_checkpoint(folder, architecture="DFlashDraftModel", **dflash_config):
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "architectures": [architecture], "hidden_size": 64, "num_hidden_layers": 1,
         "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 128, "vocab_size": 100,
-        "block_size": 8, "dflash_config": {"block_size": 8, "target_layer_ids": [0]}}))
+        "block_size": 8, "dflash_config": {"block_size": 8, "target_layer_ids": [0], **dflash_config}}))
+
+
+def test_a_dflash2_drafter_is_refused(tmp_path):
+    _draft_checkpoint(tmp_path, architecture=hook.DDTREE_UNSUPPORTED_DRAFT_ARCHITECTURES[0])
+    with pytest.raises(ValueError, match="DDTREE does not support DFlash2 drafters"):
+        hook._handle_ddtree(ddtree_args(speculative_draft_model_path=str(tmp_path)))
+
+
+def test_the_draft_block_size_is_read_from_the_draft_checkpoints_config(tmp_path):
+    _draft_checkpoint(tmp_path)
     args = ddtree_args(speculative_draft_model_path=str(tmp_path), speculative_dflash_block_size=None)
     assert hook._ddtree_draft_hf_config(args) is not None
     hook._handle_ddtree(args)
@@ -115,3 +125,15 @@ def test_ddtree_drafts_in_one_group_like_dflash(monkeypatch):
     monkeypatch.setattr(draft_parallel, "get_parallel", lambda: SimpleNamespace(attn_tp_size=4, draft_attn_tp_size=1))
     assert draft_parallel.legacy_draft_attn_tp_size(SpeculativeAlgorithm.DDTREE) == 1
     assert draft_parallel.legacy_draft_attn_tp_size(SpeculativeAlgorithm.EAGLE) == 4
+
+
+@pytest.mark.parametrize(("algorithm", "relayed"), [("DDTREE", False), ("EAGLE", True)])
+def test_ddtree_relays_no_hidden_states_through_the_future_map(algorithm, relayed):
+    from sglang.srt.runtime_context import get_context, reset_context
+    from sglang.srt.speculative.spec_utils import spec_need_hidden_states
+
+    get_context().set_server_args(server_args(speculative_algorithm=algorithm, enable_multi_layer_eagle=False))
+    try:
+        assert spec_need_hidden_states() is relayed
+    finally:
+        reset_context()

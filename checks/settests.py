@@ -17,7 +17,9 @@ every added Python statement no set test runs and no ``[verify.tests.unreachable
 covers is a warning, per patch (an error with ``patchkit verify --strict-coverage``, which sets
 ``PATCHKIT_STRICT_COVERAGE=1``, or ``[verify.tests] strict_coverage = true``); when tests fail, the added
 lines the failing tests ran and the passing ones did not are ranked (Ochiai) and the top candidates
-are findings at their line.
+are findings at their line. A coverage declaration that matches nothing the set adds is an error at
+the manifest's line naming the nearest match (never a refusal to start: the other gates run); one
+whose every statement a set test ran is a warning.
 """
 
 from __future__ import annotations
@@ -324,12 +326,12 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
 
 
 def declaration_findings(ctx: VerifyContext, added: dict[str, frozenset[int]],
-                         tables: dict[str, Statements]) -> tuple[list[Declaration], list[Finding]]:
-    """The coverage declarations, and a finding at the manifest's line for each that matches nothing."""
-    declared, problems = declarations(ctx.manifest.path, ctx.gate_config(NAME), added, tables)
+                         tables: dict[str, Statements]) -> list[Finding]:
+    """An error at the manifest's line for each coverage declaration that matches nothing the set adds."""
+    _, problems = declarations(ctx.manifest.path, ctx.gate_config(NAME), added, tables)
     shown = display_path(ctx.manifest.path)
-    return declared, [Finding(gate=NAME, severity=Severity.ERROR, file=shown, line=p.manifest_line, message=p.message,
-                              hint=p.hint) for p in problems]
+    return [Finding(gate=NAME, severity=Severity.ERROR, file=shown, line=p.manifest_line, message=p.message,
+                    hint=p.hint) for p in problems]
 
 
 def strict_coverage(ctx: VerifyContext) -> bool:
@@ -449,7 +451,7 @@ def run(ctx: VerifyContext) -> list[Finding]:
     note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests[0]), line=None,
                    message=f"set tests {interpreter.note}" + _shared_note([p for p in tests if p != tests_dir]))
     added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")], ctx.base_commit)
-    _, stale = declaration_findings(ctx, added, statement_tables(ctx, added))
+    stale = declaration_findings(ctx, added, statement_tables(ctx, added))
     return [note, *stub_rows, *findings_from(outcome, tests, ctx, added), *stale,
             *coverage_findings(outcome, ctx, added)]
 

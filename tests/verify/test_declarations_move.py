@@ -1,10 +1,12 @@
 """Coverage declarations by name move with the code: every added function of v2 moved down by two lines
 (tests/verify/shift_added_functions.py), locked and verified, changes no finding and no number (slow: it
-fetches the base, builds the verify environment and runs every gate twice)."""
+fetches the base, builds the verify environment, unless ``PATCHKIT_SEEDED_ENV_DIR`` names a folder of
+built ones, and runs every gate twice)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +36,11 @@ def _summary(result: dict) -> tuple[list[str], list[str]]:
 
 
 def test_moving_every_added_function_of_v2_keeps_every_finding_and_number(tmp_path):
+    shared = os.environ.get("PATCHKIT_SEEDED_ENV_DIR")  # a folder of built verify environments to reuse
+    if shared:
+        cache = Path(os.environ["PATCHKIT_HOME"]) / "cache"
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "envs").symlink_to(Path(shared).resolve())
     shifted = shift_set(V2, tmp_path / "shifted")
     assert COMMENT in (shifted / "0007-Speculative-Add-DDTreeWorkerV2.patch").read_text()
     assert (shifted / "manifest.toml").read_text().count('.py:') == (V2 / "manifest.toml").read_text().count('.py:')

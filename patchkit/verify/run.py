@@ -161,15 +161,6 @@ def build_context(set_dir: Path | None, target: Path | None,
                          env_dir=paths.envs_dir().resolve(), progress=progress or (lambda text: None))
 
 
-def check_gate_configs(ctx: VerifyContext, registry: Mapping[str, Gate], wanted: Sequence[str]) -> None:
-    """A selected gate's optional ``check_config(ctx)``: its configuration is refused as bad input
-    (exit 2, naming the manifest's line) before any gate runs, not reported as one gate's finding."""
-    for name in select_gates(registry, wanted):
-        check = getattr(registry[name], "check_config", None)
-        if check is not None:
-            check(ctx)
-
-
 def check_references(ctx: VerifyContext) -> tuple[VerifyContext, tuple[GateRun, ...]]:
     """The set's folders outside itself that are missing: one ``set`` row of findings before the gates,
     and the context that tells the gates which folders were reported (they leave out the consequences)."""
@@ -202,7 +193,6 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
     on_gate = on_gate or _Silent()
     ctx = build_context(set_dir, target, on_gate.note)
     target_check = check_target(ctx, allow_drift=allow_drift)
-    check_gate_configs(ctx, registry, gates)
     ctx, loaded = check_references(ctx)
     tree = tree_identity(ctx.root) if target_check.exact and reusable else None
     runs = (*loaded, *run_gates(ctx, registry, gates, on_gate, extra, reuse_for(ctx, reusable, tree)))

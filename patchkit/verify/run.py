@@ -4,6 +4,8 @@ The runner is handed the registry (``checks.registry.GATES``, by the CLI, the co
 never imports ``checks`` itself. Before any gate runs it refuses what would waste the run (an unknown
 gate, a ``--junit`` path it cannot write) and states whether the target is exactly the set applied; a
 target that is not is refused with the fix (``--allow-drift`` runs the gates anyway and says so).
+A folder the manifest names outside the set that is missing is one ``set`` row before the gates
+(:mod:`patchkit.verify.references`); the gates are told, and leave out its consequences.
 
 Every selected gate runs, in registry order, even when an earlier one fails. A gate that raises is
 a *crash* (status ``crash``, traceback kept), distinct from a gate that reports findings (``fail``).

@@ -25,8 +25,11 @@ def test_a_cut_to_the_whole_budget_is_the_tree_itself_and_a_cut_outside_it_is_re
     for budget in (0, tree.budget + 1):
         with pytest.raises(ValueError, match=f"cannot cut a tree of {tree.budget} nodes to {budget}"):
             ddtree_utils.ddtree_truncate_tree(tree, budget)
-    cut = ddtree_utils.ddtree_truncate_tree(tree, 3)
-    assert cut.node_token_ids.shape[1] == 3 and torch.equal(cut.node_token_ids, tree.node_token_ids[:, :3])
+    for budget in range(1, tree.budget):  # every smaller cut keeps exactly its first nodes
+        cut = ddtree_utils.ddtree_truncate_tree(tree, budget)
+        assert cut.node_token_ids.shape[1] == budget, budget
+        assert torch.equal(cut.node_token_ids, tree.node_token_ids[:, :budget])
+        assert cut.visibility.shape[1:] == (budget + 1, budget + 1)
 
 
 def test_expected_accepts_need_the_node_scores(ddtree_utils):

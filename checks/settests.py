@@ -17,7 +17,9 @@ every added Python statement no set test runs and no ``[verify.tests.unreachable
 covers is a warning, per patch (an error with ``[verify.tests] strict_coverage = true``, which
 ``patchkit verify --strict-coverage`` sets for one run); when tests fail, the added
 lines the failing tests ran and the passing ones did not are ranked (Ochiai) and the top candidates
-are findings at their line.
+are findings at their line. A coverage declaration that matches nothing the set adds is an error at
+the manifest's line naming the nearest match (never a refusal to start: the other gates run); one
+whose every statement a set test ran is a warning.
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ from typing import Any
 
 from patchkit import proc
 from patchkit.checks._probe.runner import python_names
-from patchkit.checks._tests.coverage import Statements, declarations, ochiai, uncovered
+from patchkit.checks._tests.coverage import (
+    Declaration,
+    Statements,
+    declarations,
+    executed_statements,
+    ochiai,
+    suggestions,
+    uncovered,
+)
 from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
 from patchkit.errors import BadInput, location
 from patchkit.index import added_lines
@@ -113,8 +123,11 @@ def run_pytest(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Pat
     ``selection`` limits it to those node ids (relative to the set directory)."""
     env = {"PATCHKIT_TARGET": str(ctx.root), "PATCHKIT_SET": str(ctx.set_dir), "PYTHONDONTWRITEBYTECODE": "1",
            "PATCHKIT_TRACE_DEPS": "1", "PATCHKIT_COVER_FILES": os.pathsep.join(sorted(covered_paths(ctx)))}
-    if stub_dir:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub_dir), os.environ.get("PYTHONPATH")]))
+    # the shared test packages are importable by name (a set's conftest takes their fixtures), wherever
+    # the manifest places them
+    shared = [str(path) for path in shared_dirs(ctx.set_dir, config)]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub_dir) if stub_dir else None, *shared,
+                                                      os.environ.get("PYTHONPATH")]))
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="patchkit-tests-") as tmp:
         out = Path(tmp) / "results.json"
@@ -320,15 +333,13 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
     return out
 
 
-def check_config(ctx: VerifyContext) -> None:
-    """The coverage declarations name lines the set adds, each with a reason (bad input otherwise)."""
-    table = ctx.gate_config(NAME)
-    named = {str(spec).partition(":")[0] for name in ("unreachable", "untested") for spec in table.get(name, {})}
-    if not named:
-        return
-    files = [t for t in ctx.touched if t in named and t.endswith(".py")]
-    added = added_lines(ctx.root, files, ctx.base_commit)
-    declarations(ctx.manifest.path, table, added, statement_tables(ctx, added))
+def declaration_findings(ctx: VerifyContext, added: dict[str, frozenset[int]],
+                         tables: dict[str, Statements]) -> list[Finding]:
+    """An error at the manifest's line for each coverage declaration that matches nothing the set adds."""
+    _, problems = declarations(ctx.manifest.path, ctx.gate_config(NAME), added, tables)
+    shown = display_path(ctx.manifest.path)
+    return [Finding(gate=NAME, severity=Severity.ERROR, file=shown, line=p.manifest_line, message=p.message,
+                    hint=p.hint) for p in problems]
 
 
 def strict_coverage(ctx: VerifyContext) -> bool:
@@ -340,7 +351,7 @@ def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[s
     if outcome.get("returncode") not in (0, 1) or "lines" not in outcome:
         return []
     tables = statement_tables(ctx, added)
-    declared = declarations(ctx.manifest.path, ctx.gate_config(NAME), added, tables)
+    declared, _ = declarations(ctx.manifest.path, ctx.gate_config(NAME), added, tables)
     if outcome.get("reused"):
         return [Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
                         message=f"added-line coverage not measured: {outcome['reused']} test(s) were reused from an "
@@ -352,16 +363,17 @@ def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[s
     groups, counts = uncovered(added, ran, tables, declared)
     total, done = counts.total, counts.done
     severity = Severity.ERROR if strict_coverage(ctx) else Severity.WARNING
+    findings = stale_declarations(ctx, declared, ran, tables)
     patches = patch_names(ctx, [(g.file, g.lines[0]) for g in groups])
-    findings = []
     for group, patch in zip(groups, patches, strict=True):
         shown = ", ".join(map(str, group.lines[:12])) + (" ..." if len(group.lines) > 12 else "")
         where = group.scope or "module level"
+        named = suggestions(group.file, tables[group.file], added[group.file], group.lines)
         findings.append(Finding(
             gate=NAME, severity=severity, file=group.file, line=group.lines[0],
             message=f"{len(group.lines)} added statement(s) in {where} run in no set test ({patch}): line(s) {shown}",
-            hint=f'test it on CPU, or declare it in the manifest\'s [verify.tests.unreachable]: '
-            f'"{group.file}:{group.scope or group.lines[0]}" = "<why it cannot run on CPU>"'))
+            hint="test it on CPU, or, if no CPU can run it, declare it in the manifest's [verify.tests.unreachable]: "
+            + "; ".join(f'{key} = "<why no CPU can run it>"' for key in named)))
     percent = 100.0 * done / total if total else 100.0
     unreachable = sum(1 for d in declared if d.table == "unreachable")
     findings.append(Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
@@ -370,6 +382,23 @@ def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[s
                             f"{len(declared) - unreachable} known gap(s) over {counts.gaps} statement(s); "
                             f"{100.0 * (done - counts.gaps) / total if total else 100.0:.1f}% without the known gaps)"))
     return findings
+
+
+def stale_declarations(ctx: VerifyContext, declared: list[Declaration], ran: dict[str, set[int]],
+                       tables: dict[str, Statements]) -> list[Finding]:
+    """A declaration whose every statement a set test ran says something false (no CPU runs it, or no
+    test does): a warning at its manifest line, so that a new test retires it."""
+    out = []
+    for declaration in declared:
+        table = tables[declaration.file]
+        covered = {table.owner[n] for n in declaration.lines if n in table.owner}
+        if covered and covered <= executed_statements(ran.get(declaration.file, set()), table):
+            out.append(Finding(gate=NAME, severity=Severity.WARNING, file=display_path(ctx.manifest.path),
+                               line=declaration.manifest_line,
+                               message=f"coverage declaration {declaration.spec!r} ([verify.tests."
+                               f"{declaration.table}]) covers only code the set tests ran",
+                               hint="remove the declaration: a test runs what it names"))
+    return out
 
 
 def patch_names(ctx: VerifyContext, places: list[tuple[str, int]]) -> list[str]:
@@ -394,6 +423,12 @@ def patch_names(ctx: VerifyContext, places: list[tuple[str, int]]) -> list[str]:
 
 def run(ctx: VerifyContext) -> list[Finding]:
     config = ctx.gate_config(NAME)
+    shared = config.get("shared", [])
+    missing = sorted(set(shared if isinstance(shared, list) else []) & ctx.missing_references)
+    if missing:  # the set's own tests need the shared ones' fixtures too: a run would report the same cause
+        return [Finding(gate=NAME, severity=Severity.INFO, file=display_path(ctx.manifest.path), line=None,
+                        message=f"set tests not run: the shared tests {missing} are missing (reported when the set "
+                        "was loaded)")]
     # `path` is the tests folder, or one test file of it (a narrowed run, as the seeded-defect rows use)
     tests_dir = ctx.set_dir / str(config.get("path", "tests"))
     tests = paths_to_run(ctx.set_dir, config)
@@ -425,7 +460,9 @@ def run(ctx: VerifyContext) -> list[Finding]:
     note = Finding(gate=NAME, severity=Severity.INFO, file=display_path(tests[0]), line=None,
                    message=f"set tests {interpreter.note}" + _shared_note([p for p in tests if p != tests_dir]))
     added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")], ctx.base_commit)
-    return [note, *stub_rows, *findings_from(outcome, tests, ctx, added), *coverage_findings(outcome, ctx, added)]
+    stale = declaration_findings(ctx, added, statement_tables(ctx, added))
+    return [note, *stub_rows, *findings_from(outcome, tests, ctx, added), *stale,
+            *coverage_findings(outcome, ctx, added)]
 
 
 def _shared_note(shared: list[Path]) -> str:

@@ -123,8 +123,15 @@ def run(ctx: VerifyContext) -> list[Finding]:
         _check_calls(state, facts)
         _check_self_reads(state, facts)
     _check_added_code(state)
-    if ctx.gate_config(NAME).get("check_unused", True):
+    # a use path outside the set that is missing was reported when the set was loaded: without its uses,
+    # "never called" would be that same cause again
+    skipped = set(ctx.gate_config(NAME).get("use_paths", [])) & ctx.missing_references
+    if ctx.gate_config(NAME).get("check_unused", True) and not skipped:
         _check_unused(state)
+    elif skipped:
+        state.findings.append(Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
+                                      message=f"unused family names not judged: the uses in {sorted(skipped)} are "
+                                      "missing (reported when the set was loaded)"))
     symbols = _symbols(state)
     # how warm the fact cache was is progress, not a finding: a finding depends on the tree alone
     ctx.progress(f"{len(state.index.parsed)} file(s) parsed, the rest read from the fact cache")

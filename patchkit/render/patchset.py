@@ -12,6 +12,7 @@ from patchkit.patchset.base import BaseResult
 from patchkit.patchset.clean import CleanResult
 from patchkit.patchset.lock import LockResult
 from patchkit.patchset.refresh import RefreshResult
+from patchkit.patchset.selfcontained import CopySetResult
 from patchkit.patchset.sets import SetsResult, describe
 from patchkit.patchset.status import StatusResult
 from patchkit.render import QUIET, human, out, say, table
@@ -186,3 +187,10 @@ def _clean_kinds(result: CleanResult) -> None:
 
 
 from patchkit.render import port as _port  # noqa: E402,F401  (registers the port renderer: same area)
+
+
+@human.register
+def _copy_set(result: CopySetResult, verbosity: int = 0) -> None:
+    say(f"copied {result.source} to {result.dest}")
+    for old, new in result.copied:
+        say(f"  {old} -> {new} (the manifest names the copy's own folder)")

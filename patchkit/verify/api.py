@@ -67,6 +67,9 @@ class VerifyContext:
     #: the command line's settings of a gate's table, over the manifest's (``--strict-coverage``:
     #: ``{"tests": {"strict_coverage": True}}``)
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # folders outside the set that the manifest names and that are not there (set-relative, as written):
+    # reported once when the set is loaded, so a gate leaves out what their absence alone would make it report
+    missing_references: frozenset[str] = frozenset()
 
     @classmethod
     def for_tree(cls, root: Path, set_dir: Path, manifest: Manifest, base_commit: str) -> VerifyContext:

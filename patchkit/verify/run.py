@@ -4,6 +4,8 @@ The runner is handed the registry (``checks.registry.GATES``, by the CLI, the co
 never imports ``checks`` itself. Before any gate runs it refuses what would waste the run (an unknown
 gate, a ``--junit`` path it cannot write) and states whether the target is exactly the set applied; a
 target that is not is refused with the fix (``--allow-drift`` runs the gates anyway and says so).
+A folder the manifest names outside the set that is missing is one ``set`` row before the gates
+(:mod:`patchkit.verify.references`); the gates are told, and leave out its consequences.
 
 Every selected gate runs, in registry order, even when an earlier one fails. A gate that raises is
 a *crash* (status ``crash``, traceback kept), distinct from a gate that reports findings (``fail``).
@@ -13,6 +15,7 @@ Warnings and info findings are reported but do not fail a gate.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 import traceback
@@ -159,13 +162,17 @@ def build_context(set_dir: Path | None, target: Path | None, progress: Callable[
                          overrides=dict(overrides or {}))
 
 
-def check_gate_configs(ctx: VerifyContext, registry: Mapping[str, Gate], wanted: Sequence[str]) -> None:
-    """A selected gate's optional ``check_config(ctx)``: its configuration is refused as bad input
-    (exit 2, naming the manifest's line) before any gate runs, not reported as one gate's finding."""
-    for name in select_gates(registry, wanted):
-        check = getattr(registry[name], "check_config", None)
-        if check is not None:
-            check(ctx)
+def check_references(ctx: VerifyContext) -> tuple[VerifyContext, tuple[GateRun, ...]]:
+    """The set's folders outside itself that are missing: one ``set`` row of findings before the gates,
+    and the context that tells the gates which folders were reported (they leave out the consequences)."""
+    from patchkit.verify.references import SET_CHECK, load_findings, missing_references
+
+    missing = missing_references(ctx.set_dir, ctx.manifest)
+    if not missing:
+        return ctx, ()
+    findings = tuple(load_findings(ctx.set_dir, ctx.manifest, missing))
+    ctx = dataclasses.replace(ctx, missing_references=frozenset(ref.path for ref in missing))
+    return ctx, (GateRun(gate=SET_CHECK, status="fail", seconds=0.0, findings=findings),)
 
 
 # ---------------------------------------------------------------- the command
@@ -189,9 +196,9 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
     on_gate = on_gate or _Silent()
     ctx = build_context(set_dir, target, on_gate.note, overrides)
     target_check = check_target(ctx, allow_drift=allow_drift)
-    check_gate_configs(ctx, registry, gates)
+    ctx, loaded = check_references(ctx)
     tree = tree_identity(ctx.root) if target_check.exact and reusable else None
-    runs = run_gates(ctx, registry, gates, on_gate, extra, reuse_for(ctx, reusable, tree))
+    runs = (*loaded, *run_gates(ctx, registry, gates, on_gate, extra, reuse_for(ctx, reusable, tree)))
     ok = all(run.status == "pass" for run in runs)
     result = VerifyResult(command="verify", ok=ok, target=str(ctx.root), set_dir=str(ctx.set_dir),
                           target_check=target_check, touched=ctx.touched, gates=runs,

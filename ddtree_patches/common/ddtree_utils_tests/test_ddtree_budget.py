@@ -178,3 +178,62 @@ def test_a_wider_width_that_accepts_no_more_is_not_taken_even_when_it_measures_c
     chosen = _serve(policy, 1, 600, {8: 3.2, 16: 3.1, 32: 2.9}, accepted={8: 0.96, 16: 0.96, 32: 0.96})
     assert policy.best_width(1) == 8
     assert chosen[-200:].count(8) >= 190
+def test_an_empty_accept_table_is_refused_and_one_point_is_flat():
+    with pytest.raises(ValueError, match="empty acceptance table"):
+        budget_mod.interpolate_accept({}, 16)
+    assert budget_mod.interpolate_accept({32: 9.5}, 8) == 9.5 == budget_mod.interpolate_accept({32: 9.5}, 512)
+
+
+def test_the_cost_table_lists_its_widths_knows_none_of_an_uncaptured_one_and_describes_itself():
+    costs = budget_mod.CostTable()
+    costs.add(33, 4, 2.0)
+    costs.add(17, 1, 1.25)
+    costs.add(17, 8, 1.5)
+    assert costs.widths() == (17, 33)
+    assert costs.verify_ms(65, 1) is None
+    assert costs.verify_ms(17, 2) == 1.5  # the next captured batch size
+    assert costs.describe() == "N=17: bs1=1.25, bs8=1.50; N=33: bs4=2.00"
+
+
+def test_a_policy_needs_a_width_and_guesses_log2_before_anything_is_measured():
+    with pytest.raises(ValueError, match="at least one width"):
+        budget_mod.BudgetPolicy(widths=(), costs=budget_mod.CostTable())
+    policy = budget_mod.BudgetPolicy(widths=(16, 8, 16), costs=budget_mod.CostTable())
+    assert policy.widths == (8, 16)
+    assert policy.accept_length(16) == 1.0 + math.log2(16)
+
+
+def test_an_accepted_count_without_an_expectation_changes_no_calibration():
+    policy = budget_mod.BudgetPolicy(widths=(8,), costs=budget_mod.CostTable())
+    policy.observe_accepted(8, 3.0)  # nothing expected at width 8 yet
+    policy.observe_accepted(8, math.nan)
+    assert policy.calibration == 1.0
+
+
+def test_the_rest_of_an_unseen_batch_size_is_the_nearest_learned_one():
+    policy = budget_mod.BudgetPolicy(widths=(8,), costs=budget_mod.CostTable(), rest_ms={2: 0.5, 16: 4.0})
+    assert policy._rest(3) == 0.5 and policy._rest(12) == 4.0 and policy._rest(16) == 4.0
+
+
+def test_under_tp_the_rest_is_not_learned_from_this_ranks_clock():
+    costs = budget_mod.CostTable()
+    costs.add(8, 1, 1.0)
+    policy = budget_mod.BudgetPolicy(widths=(8,), costs=costs, learn_rest=False)
+    for now in (0.0, 0.002, 0.004):
+        policy.round_started(now)
+        policy.choose(1)
+    assert policy.rest_ms == {} and policy._last_start is None
+
+
+def test_a_width_without_a_timed_graph_is_never_chosen():
+    costs = budget_mod.CostTable()
+    costs.add(8, 1, 1.0)
+    policy = budget_mod.BudgetPolicy(widths=(8, 16), costs=costs)  # 16 was not timed
+    assert set(policy.rates(1)) == {8} and policy.choose(1) == 8
+
+
+def test_the_accept_model_comes_from_the_environment_only_when_set(monkeypatch):
+    monkeypatch.delenv(budget_mod.ACCEPT_MODEL_ENV, raising=False)
+    assert budget_mod.accept_model_from_env() is None
+    monkeypatch.setenv(budget_mod.ACCEPT_MODEL_ENV, '{"16": 8.5, "64": 9.5}')
+    assert budget_mod.accept_model_from_env() == {16: 8.5, 64: 9.5}

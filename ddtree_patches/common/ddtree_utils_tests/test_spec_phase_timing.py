@@ -60,3 +60,12 @@ def test_a_backlog_drops_the_oldest_rounds_and_counts_them(tmp_path):
     for _ in range(timing.MAX_PENDING + 5):
         _round(timer, 1)
     assert timer.dropped == 5 and len(timer._pending) == timing.MAX_PENDING
+
+
+def test_a_phase_or_finish_outside_a_round_and_a_flush_of_nothing_write_nothing(tmp_path):
+    path = tmp_path / "rounds.jsonl"
+    timer = timing.RoundPhaseTimer("DDTREE", str(path), "cpu")
+    timer.phase("draft")  # no round started: ignored
+    timer.finish(width=9)
+    timer.flush()
+    assert not path.exists() and timer.rounds == 0 and not timer._pending

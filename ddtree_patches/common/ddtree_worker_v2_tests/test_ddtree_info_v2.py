@@ -377,3 +377,9 @@ def test_dummy_warmup_of_the_target_runs_the_masked_verify(spec_bag):
     assert isinstance(target, DDTreeVerifyInput) and target.custom_mask is mask
     draft = spec_info_mod.create_dummy_verify_input(SpeculativeAlgorithm.DDTREE, *args, mask, 16, True)
     assert type(draft) is DFlashVerifyInput and draft.custom_mask is None
+
+
+def test_a_verify_input_without_the_tree_mask_is_refused():
+    with pytest.raises(ValueError, match="tree mask"):  # the refusal names what is missing
+        ddtree_info_v2.DDTreeVerifyInput.from_verify_inputs(
+            tree=SimpleNamespace(), verify=SimpleNamespace(custom_mask=None), root_tokens=torch.zeros(1), topk=2)

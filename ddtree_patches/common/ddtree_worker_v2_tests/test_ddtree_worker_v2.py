@@ -369,13 +369,17 @@ def ar_reference(prompt, steps, sampling=None):
     return out
 
 
-def run_rounds(*, prompts, budget, block_size, topk, overlap, rounds, sampling=None, widths=None, **auto):
+def run_rounds(*, prompts, budget, block_size, topk, overlap, rounds, sampling=None, widths=None, setup=None,
+               **auto):
     """Prefill by hand (prompt KV in place, first bonus = the target's token), then ``rounds``
     decode rounds driven like the scheduler drives the worker. ``widths``: the verify width of
-    each round, in turn (the choices an auto budget could make); ``auto``: make_worker's."""
+    each round, in turn (the choices an auto budget could make); ``setup(worker)``: a change to the
+    worker before the first round; ``auto``: make_worker's."""
     bs = len(prompts)
     w, models = make_worker(bs=bs, budget=budget, block_size=block_size, topk=topk, **auto)
     w.models = models
+    if setup is not None:
+        setup(w)
     if widths is not None:
         turn = iter(widths * rounds)
         w._round_width = lambda bs: next(turn)
@@ -654,3 +658,61 @@ def test_without_a_cost_table_auto_verifies_the_chains_width():
     w.model_runner.decode_cuda_graph_runner = None
     w._init_budget_policy()
     assert w._policy is None and w._round_width(4) == 8
+
+
+def test_a_round_without_a_built_head_takes_the_draft_samplers():
+    def sampler_only(w):
+        w._draft_sampler, w._draft_topk = w._draft_topk, None  # no graph ran: the sampler's head is the head
+
+    outputs, _, w = run_rounds(prompts=PROMPTS, budget=16, block_size=8, topk=16, overlap=False, rounds=2,
+                               setup=sampler_only)
+    assert w._draft_topk is w._draft_sampler
+    for prompt, out in zip(PROMPTS, outputs):
+        assert out == ar_reference(prompt, len(out))
+
+
+def _drafts_no_hidden_states(w):
+    w.draft_model_runner = SimpleNamespace(forward=lambda forward_batch: SimpleNamespace(
+        logits_output=SimpleNamespace(hidden_states=None), can_run_graph=False))
+
+
+def _verifies_without_hidden_states(w):
+    forward = w._target_worker.forward_batch_generation
+
+    def blind(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out.logits_output.hidden_states = None
+        return out
+    w._target_worker = SimpleNamespace(model_runner=w._target_worker.model_runner, forward_batch_generation=blind)
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    (_drafts_no_hidden_states, "DDTREE draft model returned no hidden states"),
+    (_verifies_without_hidden_states, "DDTREE verify requires target hidden states"),
+])
+def test_a_model_that_returns_no_hidden_states_stops_the_round(setup, message):
+    with pytest.raises(RuntimeError, match=message):
+        run_rounds(prompts=PROMPTS, budget=16, block_size=8, topk=16, overlap=False, rounds=1, setup=setup)
+
+
+def test_a_batch_without_the_dflash_draft_state_is_refused():
+    w, _ = make_worker(bs=1, budget=8, block_size=4, topk=8)
+    with pytest.raises(RuntimeError, match="expected DFlashDraftInputV2 state"):
+        w._forward_decode(SimpleNamespace(spec_info=object()), None)
+
+
+def test_the_host_prefix_bound_from_the_reserved_lengths_is_clamped_to_the_context():
+    w, _ = make_worker(bs=2, budget=8, block_size=4, topk=8)
+    reserved = SimpleNamespace(**{RESERVED_LENS: torch.tensor([7, 900], dtype=torch.int32)})
+    bound = w._host_prefix_bound(SimpleNamespace(seq_lens_cpu=None), reserved)
+    assert bound.tolist() == [7, CTX - 9]  # clamped to the context length
+
+
+@pytest.mark.parametrize(("broken", "sampling", "calls"), [(True, (0.9, 1234), 2), (True, None, 0), (False, (0.9, 1234), 0)])
+def test_the_test_only_broken_rule_runs_only_on_sampled_rounds_when_asked(monkeypatch, broken, sampling, calls):
+    seen = []
+    rule = worker_mod._broken_acceptance
+    monkeypatch.setattr(worker_mod, "_TEST_BROKEN_ACCEPT", broken)
+    monkeypatch.setattr(worker_mod, "_broken_acceptance", lambda tree, tokens: seen.append(1) or rule(tree, tokens))
+    run_rounds(prompts=PROMPTS, budget=16, block_size=8, topk=16, overlap=False, rounds=2, sampling=sampling)
+    assert len(seen) == calls

@@ -1,5 +1,6 @@
 """Added-line coverage and the Ochiai locator of the tests gate (checks/_tests/coverage.py): statements,
-declarations (bad ones are exit 2 naming the manifest's line), and the CLI's --strict-coverage."""
+declarations (a stale one is a finding at the manifest's line, naming the nearest match), and the CLI's
+--strict-coverage."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from click.testing import CliRunner
 
 from patchkit.checks._tests.coverage import Counts, Declaration, Statements, declarations, ochiai, uncovered
 from patchkit.cli import cli
-from patchkit.errors import BadInput
 from patchkit.testing.verify import applied_example
 
 SOURCE = '''\
@@ -56,35 +56,46 @@ def test_ochiai_ranks_the_line_only_failing_tests_run_first():
     assert {line for score, _f, line in ranked if score < 1} == {4, 7, 11}  # shared with the passing test
 
 
-@pytest.mark.parametrize(("spec", "reason", "message"), [
-    ("m.py:widths", "", "has no reason"),
-    ("m.py:1", "GPU only", "line(s) the set does not add"),  # the docstring: added, but not code
-    ("m.py:40-41", "GPU only", "line(s) the set does not add"),
-    ("m.py:5-6", "GPU only", "line(s) the set does not add"),  # a docstring and a comment: no code
-    ("m.py:nowhere", "GPU only", "defines no nowhere"),
-    ("other.py:3", "GPU only", "adds no Python line to other.py"),
-    ("m.py", "GPU only", "is not FILE:FUNCTION"),
+@pytest.mark.parametrize(("spec", "reason", "message", "hint"), [
+    ("m.py:widths", "", "has no reason", "say why"),
+    ("m.py:1", "GPU only", "names lines by number", "declare by name"),  # the docstring: added, but not code
+    ("m.py:12", "GPU only", "names lines by number", '"m.py:widths:return out"'),
+    ("m.py:7-13", "GPU only", "names lines by number", '"m.py:widths"'),
+    ("m.py:widht", "GPU only", "names no function or class of m.py", "the nearest name is m.py:widths"),
+    ("m.py:widths:return outs", "GPU only", "matches no statement", "'return out'"),
+    ("mm.py:widths", "GPU only", "names a file the set adds no Python line to", "the nearest file the set touches is "
+     "m.py"),
+    ("m.py", "GPU only", "is not FILE:FUNCTION", "write e.g."),
 ])
-def test_a_bad_declaration_names_the_manifest_line(tmp_path, spec, reason, message):
+def test_a_bad_declaration_is_a_problem_at_the_manifest_line_with_the_nearest_name(tmp_path, spec, reason, message,
+                                                                                    hint):
     manifest = tmp_path / "manifest.toml"
     manifest.write_text(f'[set]\nname = "x"\n\n[verify.tests.unreachable]\n"{spec}" = "{reason}"\n')
-    with pytest.raises(BadInput) as raised:
-        declarations(manifest, {"unreachable": {spec: reason}}, {"m.py": frozenset(range(1, 14))},
-                     {"m.py": Statements.of(SOURCE)})
-    assert message in raised.value.message
-    assert raised.value.location is not None and raised.value.location.line == 5
+    declared, (problem,) = declarations(manifest, {"unreachable": {spec: reason}}, {"m.py": frozenset(range(1, 14))},
+                                        {"m.py": Statements.of(SOURCE)})
+    assert declared == []
+    assert message in problem.message and hint in problem.hint, problem
+    assert problem.manifest_line == 5
 
 
-def test_a_line_range_may_span_blank_and_comment_lines(tmp_path):
+def test_a_declaration_by_name_moves_with_the_code(tmp_path):
     manifest = tmp_path / "manifest.toml"
-    manifest.write_text('[verify.tests.unreachable]\n"m.py:5-9" = "GPU only"\n')
-    added = {"m.py": frozenset(range(1, 14))}
-    (declared,) = declarations(manifest, {"unreachable": {"m.py:5-9": "GPU only"}}, added,
-                               {"m.py": Statements.of(SOURCE)})
-    assert declared.lines == frozenset(range(5, 10)) and declared.manifest_line == 2
-    base_line = {"m.py": frozenset(range(1, 14)) - {8}}  # line 8 of the range is the base's
-    with pytest.raises(BadInput, match="does not add"):
-        declarations(manifest, {"unreachable": {"m.py:5-9": "GPU only"}}, base_line, {"m.py": Statements.of(SOURCE)})
+    specs = {"m.py:widths:return out": "GPU only", "m.py::def widths": "the whole function, from the module"}
+    manifest.write_text("[verify.tests.unreachable]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in specs.items()))
+    shifted = SOURCE.replace("    out = dict(", "    # a comment added above\n\n    out = dict(")
+    for source, offset in ((SOURCE, 0), (shifted, 2)):
+        table = Statements.of(source)
+        added = {"m.py": frozenset(range(1, len(table.text) + 1))}
+        (statement, whole), problems = declarations(manifest, {"unreachable": specs}, added, {"m.py": table})
+        assert problems == []
+        assert statement.lines == {12 + offset} and statement.manifest_line == 2
+        assert whole.lines == set(range(4, 14 + offset))
+
+
+def test_a_declaration_of_a_file_that_does_not_parse_waits_for_the_compile_gate(tmp_path):
+    manifest = tmp_path / "manifest.toml"
+    manifest.write_text('[verify.tests.unreachable]\n"m.py:gone" = "GPU only"\n')
+    assert declarations(manifest, {"unreachable": {"m.py:gone": "GPU only"}}, {"m.py": frozenset({1})}, {}) == ([], [])
 
 
 ALGO = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -118,15 +129,39 @@ def test_strict_coverage_turns_the_warning_into_an_error(tmp_path, monkeypatch):
     assert "PATCHKIT_STRICT_COVERAGE" not in os.environ  # the flag is this command's, not the process's
 
 
-def test_a_declaration_of_a_line_the_set_does_not_add_is_exit_2(tmp_path):
-    target, set_dir = _set(tmp_path, {"python/pkg/algo.py:9": "GPU only"})
-    done = _verify(target, set_dir)
-    assert done.exit_code == 2, done.output
-    line = next(n for n, text in enumerate((set_dir / "manifest.toml").read_text().splitlines(), 1)
-                if text.startswith('"python/pkg/algo.py:9"'))
-    assert f"manifest.toml:{line}" in done.output and "does not add" in done.output
+def _manifest_line(set_dir, key):
+    return next(n for n, text in enumerate((set_dir / "manifest.toml").read_text().splitlines(), 1)
+                if text.startswith(f'"{key}"'))
 
 
+def test_a_stale_declaration_is_a_tests_finding_and_the_other_gates_still_run(tmp_path):
+    target, set_dir = _set(tmp_path, {"python/pkg/algo.py:subb": "GPU only"})
+    done = _verify(target, set_dir, "--gate", "compile")
+    assert done.exit_code == 1, done.output
+    gates = {g["gate"]: g for g in json.loads(done.stdout)["result"]["gates"]}
+    assert gates["compile"]["status"] == "pass"
+    (stale,) = [f for f in gates["tests"]["findings"] if f["severity"] == "error"]
+    assert stale["file"].endswith("manifest.toml")
+    assert stale["line"] == _manifest_line(set_dir, "python/pkg/algo.py:subb")
+    assert "python/pkg/algo.py:subb" in stale["message"] and "python/pkg/algo.py:sub" in stale["hint"]
+
+
+def test_a_file_that_does_not_compile_is_the_compile_gates_error_at_its_line(tmp_path):
+    broken = ALGO.replace("return a - b", "return (a - b")
+    extra = {"verify": {"tests": {"interpreter": "current", "unreachable": {"python/pkg/algo.py:sub": "GPU only",
+                                                                           "python/pkg/algo.py:4": "GPU only"}}}}
+    target, set_dir = applied_example(tmp_path, {"python/pkg/__init__.py": ""}, {"python/pkg/algo.py": broken}, extra)
+    (set_dir / "tests").mkdir()
+    (set_dir / "tests" / "test_algo.py").write_text(TEST)
+    done = CliRunner().invoke(cli, ["verify", "--set", str(set_dir), "--target", str(target), "--json"],
+                              catch_exceptions=False)
+    assert done.exit_code == 1, done.output
+    gates = {g["gate"]: g for g in json.loads(done.stdout)["result"]["gates"]}
+    assert {g["status"] for g in gates.values()} <= {"pass", "fail"}  # nothing crashed
+    (error,) = [f for f in gates["compile"]["findings"] if f["severity"] == "error"]
+    assert (error["file"], error["line"]) == ("python/pkg/algo.py", 6)
+    # the declarations of the file that does not parse are not judged until it does
+    assert not [f for f in gates["tests"]["findings"] if f["file"].endswith("manifest.toml")]
 
 
 SHARED = '''\
@@ -169,3 +204,14 @@ def test_the_locator_puts_the_changed_line_first_though_passing_tests_run_it(mak
         assert "its function changed since the recorded run" in finding.message
         assert "runs in 2 of 2 failing and 4 of 4 passing test(s)" in finding.message
     assert located[2].line in (7, 8, 12, 13) and "changed" not in located[2].message
+
+
+def test_a_declaration_of_code_the_tests_run_is_a_warning_to_remove_it(tmp_path):
+    target, set_dir = _set(tmp_path, {"python/pkg/algo.py:add": "GPU only", "python/pkg/algo.py:sub": "GPU only"})
+    done = _verify(target, set_dir)
+    assert done.exit_code == 0, done.output
+    findings = [f for g in json.loads(done.stdout)["result"]["gates"] for f in g["findings"]
+                if f["severity"] == "warning"]
+    (stale,) = findings  # add() runs in test_add; sub() runs in no test, so its declaration holds
+    assert stale["line"] == _manifest_line(set_dir, "python/pkg/algo.py:add")
+    assert "covers only code the set tests ran" in stale["message"]

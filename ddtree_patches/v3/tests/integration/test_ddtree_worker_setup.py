@@ -37,6 +37,9 @@ def server_args(**fields) -> ServerArgs:
      dict(budget=8, verify_width=9, block_size=4, topk=3, server_topk=2, auto_widths=(9,))),
     ({"speculative_ddtree_budget": 3, "speculative_num_draft_tokens": 4}, VOCAB,
      dict(budget=3, verify_width=4, block_size=4, topk=3, server_topk=1, auto_widths=(4,))),
+    # auto: the widest verify is the resolved speculative_num_draft_tokens; the rounds choose among L, 2L, 4L
+    ({"speculative_ddtree_budget": "auto", "speculative_num_draft_tokens": 16}, VOCAB,
+     dict(budget=15, verify_width=16, block_size=4, topk=15, server_topk=1, auto_widths=(4, 8, 16))),
 ])
 def test_the_widths_of_a_consistent_configuration(fields, vocab, expected):
     assert worker_mod.resolve_ddtree_widths(server_args(**fields), vocab) == expected

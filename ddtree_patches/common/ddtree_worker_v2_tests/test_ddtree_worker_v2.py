@@ -716,3 +716,25 @@ def test_the_test_only_broken_rule_runs_only_on_sampled_rounds_when_asked(monkey
     monkeypatch.setattr(worker_mod, "_broken_acceptance", lambda tree, tokens: seen.append(1) or rule(tree, tokens))
     run_rounds(prompts=PROMPTS, budget=16, block_size=8, topk=16, overlap=False, rounds=2, sampling=sampling)
     assert len(seen) == calls
+
+
+def test_auto_compiles_the_top_k_of_every_width_at_start(monkeypatch):
+    # Each auto width drafts its own K (n - 1, at most the head's): the set-up runs the head once per width so
+    # that no round compiles a top-K variant while serving.
+    asked = []
+    compute = worker_mod._DDTreeDraftTopK.compute
+
+    def recording(head, hidden_states, k=None):
+        asked.append((k, tuple(hidden_states.shape)))
+        return compute(head, hidden_states, k=k)
+
+    monkeypatch.setattr(worker_mod._DDTreeDraftTopK, "compute", recording)
+    w, _ = make_worker(bs=1, budget=31, block_size=8, topk=16, auto_widths=(8, 16, 32),
+                       costs=budget_mod.CostTable())
+    head, built = w._draft_topk, []
+    w._draft_topk = None  # no eager head yet: the set-up builds it for one request
+    w._ddtree_topk_head = lambda *, max_bs: built.append(max_bs) or head
+    w._warm_topk_widths()
+    assert built == [1] and w._draft_topk is head
+    assert [k for k, _ in asked] == [7, 15, 16]
+    assert all(shape == (7, V) for _, shape in asked)  # the L - 1 drafted rows of one request

@@ -240,7 +240,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("patchkit.verify",),  # the verify runner: the command hands it the gates
     ("patchkit.patchset",),  # the patch-set engine
     ("patchkit.checks",),  # the gates
-    ("patchkit.verify.api|patchkit.verify.envs|patchkit.verify.cache",),  # the gate API
+    ("patchkit.verify.api|patchkit.verify.envs|patchkit.verify.cache|patchkit.verify.references",),  # the gate API
     ("patchkit.index",),  # the Python index every analysis reads
 )
 

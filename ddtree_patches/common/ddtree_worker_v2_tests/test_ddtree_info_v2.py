@@ -25,6 +25,7 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.srt.speculative import spec_info as spec_info_mod  # noqa: E402
 from sglang.srt.speculative.ddtree_utils import (  # noqa: E402
     build_ddtree_tree_from_topk,
+    ddtree_commit_round,
     ddtree_custom_mask,
     ddtree_follow_verified,
     ddtree_topk_from_logits,
@@ -122,9 +123,9 @@ def test_commit_outputs_follow_the_walk():
             node = kids[0]
         target[b, node] = 77 + b
     accept_index, accept_length, bonus = ddtree_follow_verified(tree, target)
-    out, commit_lens, flat = ddtree_info_v2.ddtree_commit_outputs(
-        draft_token=draft, accept_index=accept_index, accept_length=accept_length, bonus_tokens=bonus
-    )
+    window = torch.arange(3 * n) + 1000
+    commit = ddtree_commit_round(draft, accept_index, accept_length, bonus, window, torch.zeros(3, dtype=torch.int64))
+    out, commit_lens, flat = commit.out_tokens, commit.commit_lens, commit.flat_accept_index
     assert accept_length.tolist() == [2, 0, 4] and commit_lens.dtype == torch.int32
     assert commit_lens.tolist() == [3, 1, 5]
     assert out.shape == (3, 5)  # stride L = depth_limit + 1
@@ -135,8 +136,7 @@ def test_commit_outputs_follow_the_walk():
         valid = accept_index[b] >= 0
         assert torch.equal(flat[b][valid], accept_index[b][valid] + b * n)
         assert bool((flat[b][~valid] == -1).all())
-    rows = ddtree_info_v2.ddtree_path_rows(flat)
-    assert rows.shape == (15,) and int(rows.min()) >= 0
+    assert commit.path_rows.shape == (15,) and int(commit.path_rows.min()) >= 0
 
 
 # ---------------------------------------------------------------- per-node target tokens

@@ -2,7 +2,7 @@
 
 What runs is the patched tree's own code: ``DDTreeWorkerV2._forward_decode`` and its stages
 (draft block, per-depth top-K head, tree, ``DDTreeVerifyInput.from_tree`` and its mask, the walk,
-``ddtree_commit_outputs``, ``move_accept_tokens_to_target_kvcache``, ``on_publish``, the draft-KV
+``ddtree_commit_round``, the pool's ``move_kv_cache`` (the CPU path of the KV move), ``on_publish``, the draft-KV
 hand-off, the spec-v2 ``GenerationBatchResult`` and ``DFlashDraftInputV2``). What is stood in for:
 
 - the models. The toy target's next token is a hash of its whole context, and it reads that

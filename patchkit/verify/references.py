@@ -1,7 +1,8 @@
 """A set's references outside its own folder, checked when verify loads the set.
 
 A manifest may name folders outside the set (``[verify.tests] shared = ["../common/ddtree_utils_tests"]``,
-``[verify.xref] use_paths``): the shipped sets keep the tests of the code they share once, beside them.
+``[verify.xref] use_paths``, ``[verify.env] stubs_dir``): the shipped sets keep the tests of the code they
+share, and their CPU stubs, once, beside them.
 A copy of a set in another folder loses them. That is one cause, so it is one finding, said before any
 gate runs, with the fix; the gates that read such a folder leave out what its absence would make them
 report (xref's unused-name rule, the tests gate's run), since it is the same cause.
@@ -17,8 +18,8 @@ from patchkit.verify.api import Finding, Severity
 
 SET_CHECK = "set"  # the row the load check's findings are reported under, before the gates
 
-# (manifest table, key): the keys whose values are folders relative to the set
-FOLDER_KEYS = (("verify.tests", "shared"), ("verify.xref", "use_paths"))
+# (manifest table, key): the keys whose values are folders relative to the set (a list, or one folder)
+FOLDER_KEYS = (("verify.tests", "shared"), ("verify.xref", "use_paths"), ("verify.env", "stubs_dir"))
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def outside_references(set_dir: Path, manifest: Manifest) -> list[Reference]:
     out = []
     for table, key in FOLDER_KEYS:
         values = manifest.verify_table(table.split(".", 1)[1]).get(key, [])
-        for value in values if isinstance(values, list) else []:
+        for value in values if isinstance(values, list) else [values]:
             if isinstance(value, str) and not (set_dir / value).resolve().is_relative_to(root):
                 out.append(Reference(table, key, value, line_of(text, table, key)))
     return out

@@ -120,7 +120,8 @@ def test_a_bisectable_series_passes(misordered_set, tmp_path):
 
 @pytest.mark.slow
 def test_v1_is_not_bisectable_exactly_where_0005_imports_ddtree_info(clean_tree, seeded_home):  # noqa: F811
-    from patchkit.checks.registry import EACH_PREFIX, GATES
+    from patchkit.checks.registry import GATES
+    from patchkit.verify.prefixes import EachPrefix
     from patchkit.verify.run import verify
 
     import os
@@ -128,7 +129,7 @@ def test_v1_is_not_bisectable_exactly_where_0005_imports_ddtree_info(clean_tree,
     old = os.environ.get("PATCHKIT_HOME")
     os.environ["PATCHKIT_HOME"] = str(seeded_home)
     try:
-        result = verify(V1, clean_tree, ("compile",), registry=GATES, extra=EACH_PREFIX)
+        result = verify(V1, clean_tree, ("compile",), registry=GATES, extra={EachPrefix.NAME: EachPrefix(GATES)})
     finally:
         os.environ["PATCHKIT_HOME"] = old or ""
     (run,) = [g for g in result.gates if g.gate == "each-prefix"]

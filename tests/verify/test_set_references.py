@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -84,3 +85,13 @@ def test_a_set_folder_without_manifest_or_series_is_one_line_exit_2(tmp_path):
         done = CliRunner().invoke(cli, ["verify", "--set", str(folder), "--target", str(target)])
         assert done.exit_code == 2 and missing in done.output
         assert len(done.output.strip().splitlines()) == 1, done.output
+
+
+def test_the_stubs_folder_is_a_reference_outside_the_set_too():
+    from patchkit import manifest as manifest_mod
+    from patchkit.verify.references import outside_references
+
+    v2 = Path(__file__).resolve().parents[2] / "ddtree_patches" / "v2"
+    refs = {(ref.table, ref.key, ref.path) for ref in outside_references(v2, manifest_mod.load(v2, with_lock=False))}
+    assert ("verify.env", "stubs_dir", "../common/stubs") in refs
+    assert ("verify.tests", "shared", "../common/ddtree_utils_tests") in refs

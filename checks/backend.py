@@ -35,12 +35,13 @@ generic default rule sees it, and with the resolved args) and which backend the 
 the seed's unevaluated question, answered per GPU family.
 
 Rows are cached under ``ctx.cache_dir`` by the cases, the probe and the interpreter, and are valid
-while every tree file the probe imported is unchanged, so a warm run (or an edit of a file
-``server_args`` never imports) does not start the subprocess.
+while every tree file the probe tried to import (a failed import included) is unchanged, so a warm
+run (or an edit of a file ``server_args`` never imports) does not start the subprocess.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -49,10 +50,17 @@ from pathlib import Path
 from typing import Any
 
 from patchkit import tomlfile
-from patchkit.checks._backend.causes import branch_causes, default_causes
+from patchkit.checks._backend.causes import (
+    CONSTANT_CAUSE,
+    branch_causes,
+    constant_causes,
+    default_causes,
+    parsed_sources,
+)
 from patchkit.checks._backend.matrix import Coverage, describe_row, generated_cases
 from patchkit.checks._probe.runner import (
     DependencyCache,
+    probe_code,
     python_names,
     run_probe,
     tokens_of,
@@ -65,6 +73,7 @@ from patchkit.checks._probe.runner import (
 from patchkit.checks._probe.runner import (
     interpreter as _probe_interpreter,
 )
+from patchkit.checks._uncompiled import Uncompiled, caused_by, skipped, uncompiled
 from patchkit.errors import BadInput, Location
 from patchkit.index import added_lines, settings_from_manifest
 from patchkit.verify import envs
@@ -74,9 +83,8 @@ NAME = "backend"
 DESCRIPTION = "the tree's ServerArgs resolves DDTREE to tree-mask-safe backends and widths on simulated GPUs"
 
 PROBE = Path(__file__).parent / "_backend" / "probe.py"
-TRACING = Path(__file__).parent / "_probe" / "tracing.py"
 DEFAULT_EXPECTATIONS = "expectations/backend.toml"
-CACHE_VERSION = 3  # rows carry each field's origin
+CACHE_VERSION = 4  # rows carry each field's origin; deps hold the files whose import failed too
 
 # Expectation keys that are names for row fields.
 ALIASES = {
@@ -185,7 +193,7 @@ def _probe_payload(ctx: VerifyContext, request: dict[str, Any], stub_folder: Pat
     """The probe's rows for ``request``, from the dependency cache when nothing it imported changed."""
     source_root = ctx.manifest.verify.get("source_root", "python")
     key = hashlib.sha256(json.dumps(
-        [CACHE_VERSION, request, _probe_interpreter(ctx, NAME), PROBE.read_text(), TRACING.read_text(),
+        [CACHE_VERSION, request, _probe_interpreter(ctx, NAME), probe_code(PROBE),
          _folder_digest(stub_folder), python_names(ctx.root, source_root)], sort_keys=True).encode()).hexdigest()
     cache = DependencyCache(ctx.cache_dir, NAME, key)
     cached = cache.get(ctx.root)
@@ -390,6 +398,8 @@ def _failed_values(case: dict[str, Any], values: dict[str, Any], algorithm: str)
         return {(field, str(values.get(derived))) for field in BACKEND_FIELDS}
 
     failed: set[tuple[str, str]] = set()
+    if (case["expect_error"] or case.get("expect_error_flag")) and case.get("offending") is not None:
+        failed.add((ANY_FIELD, str(case["offending"])))  # a refusal that never came: the value it was for
     for key, want in case["expect"].items():
         field = ALIASES.get(key, key)
         if values.get(field, "<missing>") == want:
@@ -447,7 +457,21 @@ def _causes(ctx: VerifyContext, row: dict[str, Any], failed: set[tuple[str, str]
     texts = [_source_line(sources, ctx, rel, line) for rel, line, _assignment in origins]
     found = default_causes(sources, added, failed, row.get("origins", {}), family, texts)
     found += branch_causes(sources, added, base_origins, executed)
+    ran = [_source_line(sources, ctx, rel, line) for rel, lines in sorted(executed.items()) for line in sorted(lines)
+           if line in added.get(rel, frozenset())]
+    found += constant_causes(sources, added, failed, ran)
     return tuple(dict.fromkeys(found))
+
+
+def _reads_a_cause(ctx: VerifyContext, sources: dict[str, str], traced: tuple[str, int] | None,
+                   causes: tuple[tuple[str, int, str], ...]) -> bool:
+    """Whether the traced line only reads a constant named as the cause (then the constant is the
+    finding: the line that changed, one finding per cause)."""
+    if traced is None:
+        return False
+    text = _source_line(sources, ctx, *traced)
+    names = [why.split(" ", 1)[0] for _file, _line, why in causes if CONSTANT_CAUSE in why]
+    return any(re.search(rf"\b{re.escape(name)}\b", text) for name in names)
 
 
 def _source_line(sources: dict[str, str], ctx: VerifyContext, rel: str, line: int) -> str:
@@ -468,7 +492,7 @@ def evaluate(ctx: VerifyContext) -> Evaluation:
     payload = _probe_payload(ctx, request, stub_folder)
     rows = {row["name"]: row for row in payload["rows"]}
     algorithm = spec.get("algorithm", "DDTREE")
-    sources = {rel: (ctx.root / rel).read_text(errors="replace") for rel in added}
+    sources = parsed_sources({rel: (ctx.root / rel).read_text(errors="replace") for rel in added})
     results = []
     for case in cases:
         row = rows.get(case["name"], {"error": "no row from the probe"})
@@ -480,6 +504,8 @@ def evaluate(ctx: VerifyContext) -> Evaluation:
         failed = _failed_values(case, values, algorithm) if problems else set()
         produced = _produced(ctx, row, failed, added) if problems else ()
         causes = _causes(ctx, row, failed, added, sources) if problems else ()
+        if _reads_a_cause(ctx, sources, traced, causes):
+            traced = None
         name = case["name"] + (f" ({describe_row(case['generated'])})" if case.get("generated") else "")
         results.append(CaseResult(name, values, tuple(problems), case["line"], traced, produced, causes))
     flag_problems = []
@@ -511,9 +537,25 @@ def format_row(result: CaseResult) -> str:
 
 
 def run(ctx: VerifyContext) -> list[Finding]:
-    evaluation = evaluate(ctx)
+    broken = uncompiled(ctx)  # a failure one of these explains is the compile gate's finding
+    try:
+        evaluation = evaluate(ctx)
+    except BadInput as error:
+        cause = caused_by(error.message, broken, ctx.root)
+        if cause is None:
+            raise
+        return [skipped(NAME, cause, "every backend case (the ServerArgs module does not import)")]
     rel = evaluation.rel
     findings = envs.stubs(ctx, NAME)[1]  # each stub in use is reported, an undeclared one refused
+    unresolved: dict[Uncompiled, list[str]] = {}
+    for result in evaluation.results:
+        cause = caused_by("\n".join([*result.problems, str(result.values.get("error", ""))]), broken, ctx.root)
+        if result.problems and cause is not None:
+            unresolved.setdefault(cause, []).append(f"case {result.name}")
+    skip = {name for names in unresolved.values() for name in names}  # their rows stay, as info
+    evaluation = dataclasses.replace(evaluation, results=[
+        dataclasses.replace(r, problems=()) if f"case {r.name}" in skip else r for r in evaluation.results])
+    findings += [skipped(NAME, cause, cases) for cause, cases in unresolved.items()]
     if evaluation.coverage is not None:
         findings.append(Finding(gate=NAME, severity=Severity.INFO, file=rel, line=None,
                                 message=evaluation.coverage.describe()))

@@ -40,6 +40,7 @@ from patchkit.checks._probe.runner import (
     DependencyCache,
     folder_digest,
     interpreter,
+    probe_code,
     python_names,
     run_probe,
     source_root,
@@ -47,6 +48,7 @@ from patchkit.checks._probe.runner import (
     trace_back,
     tree_relative,
 )
+from patchkit.checks._uncompiled import Uncompiled, caused_by, skipped, uncompiled
 from patchkit.errors import BadInput, Location
 from patchkit.index import added_lines
 from patchkit.verify import envs
@@ -57,7 +59,7 @@ DESCRIPTION = "declared calls into the tree's capture, replay and request-gate c
 
 PROBE = Path(__file__).parent / "_probe" / "calls_probe.py"
 DEFAULT_EXPECTATIONS = "expectations/calls.toml"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # deps hold the files whose import failed too
 
 
 def _call_lines(text: str) -> list[int]:
@@ -100,15 +102,16 @@ def _request(ctx: VerifyContext, spec: dict[str, Any], stub_paths: list[str],
 
 def _payload(ctx: VerifyContext, request: dict[str, Any], stub_folder: Path | None, rel: str) -> dict[str, Any]:
     key = hashlib.sha256(json.dumps(
-        [CACHE_VERSION, request, interpreter(ctx, NAME), PROBE.read_text(), folder_digest(stub_folder),
+        [CACHE_VERSION, request, interpreter(ctx, NAME), probe_code(PROBE), folder_digest(stub_folder),
          python_names(ctx.root, source_root(ctx))], sort_keys=True).encode()).hexdigest()
     cache = DependencyCache(ctx.cache_dir, NAME, key)
     cached = cache.get(ctx.root)
     if cached is not None:
         return cached[0]
     payload = _probe(ctx, request, rel)
-    deps = [r for path in payload.get("deps", []) if (r := tree_relative(ctx, path)) is not None]
-    cache.put(ctx.root, deps, [payload])
+    if "rows" in payload:  # a probe that could not run read who knows what: computed again next time
+        deps = [r for path in payload.get("deps", []) if (r := tree_relative(ctx, path)) is not None]
+        cache.put(ctx.root, deps, [payload])
     return payload
 
 
@@ -131,7 +134,11 @@ def run(ctx: VerifyContext) -> list[Finding]:
     added = added_lines(ctx.root, [t for t in ctx.touched if t.endswith(".py")], ctx.base_commit)
     request = _request(ctx, spec, [str(stub_folder)] if stub_folder else [], added)
     payload = _payload(ctx, request, stub_folder, rel)
+    broken = uncompiled(ctx)  # a failure one of these explains is the compile gate's finding
     if "rows" not in payload:
+        cause = caused_by(str(payload.get("import_error", "")), broken, ctx.root)
+        if cause is not None:
+            return [*findings, skipped(NAME, cause, f"every call of {rel} (its modules do not import)")]
         where = payload.get("raised_at")
         file, line = (tree_relative(ctx, where[0]), where[1]) if where else (rel, None)
         findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file or rel, line=line,
@@ -140,11 +147,16 @@ def run(ctx: VerifyContext) -> list[Finding]:
                                 hint="the imports gate names the failing import; fix it first"))
         return findings
     calls = spec.get("call", [])
+    unchecked: dict[Uncompiled, list[str]] = {}
     for n, row in enumerate(payload["rows"]):
         call_line = lines[n] if n < len(lines) else None
         if not row["problems"]:
             findings.append(Finding(gate=NAME, severity=Severity.INFO, file=rel, line=call_line,
                                     message=f"call ok: {row['name']}"))
+            continue
+        cause = caused_by("\n".join(row["problems"]), broken, ctx.root)
+        if cause is not None:
+            unchecked.setdefault(cause, []).append(f"call {row['name']!r}")
             continue
         call = calls[n] if n < len(calls) else {}
         tokens = tokens_of(*row["problems"], call.get("raises") or "")
@@ -156,7 +168,7 @@ def run(ctx: VerifyContext) -> list[Finding]:
                                     message=f"call {row['name']!r}: {problem}{where}",
                                     hint="fix the tree's code on this path "
                                     "(or the declared call, if the contract changed)"))
-    return findings
+    return findings + [skipped(NAME, cause, what) for cause, what in unchecked.items()]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -108,6 +108,8 @@ def run(ctx: VerifyContext) -> list[Finding]:
     files = {rel: ctx.root / rel for rel in ctx.touched if rel.endswith(".py") and (ctx.root / rel).is_file()}
     cache = ResultCache(ctx.cache_dir, NAME)
     findings: list[Finding] = []
+    # one finding per cause: the same error on several versions is one finding naming them all
+    errors: dict[tuple[str, int | None, str], list[str]] = {}
     for version in target_versions(ctx):
         outcomes = outcomes_for(version, files, cache)
         if outcomes is None:
@@ -115,8 +117,12 @@ def run(ctx: VerifyContext) -> list[Finding]:
             continue
         for rel, error in sorted(outcomes.items()):
             if error is not None:
-                findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=error[0],
-                                        message=f"does not compile on Python {version}: {error[1]}"))
+                errors.setdefault((rel, error[0], error[1]), []).append(version)
+    for (rel, line, message), versions in sorted(errors.items(), key=lambda e: (e[0][0], e[0][1] or 0, e[0][2])):
+        findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=line,
+                                message=f"does not compile on Python {', '.join(versions)}: {message}",
+                                hint="the other gates skip what they cannot check because of it (their warnings "
+                                "say what)"))
     return findings
 
 

@@ -33,7 +33,8 @@ before any of the sites that rely on it.
 Findings: a site without a declaration (so after a rebase new sites fail until reviewed), reported at
 the line that differs from the declaration it replaces when the site changed; a site declared
 ``handled`` whose expression mentions neither DDTREE nor a covering helper; a declaration whose site
-no longer exists (stale); a member listed twice in a membership collection; a family helper whose
+no longer exists (stale: not judged while the declared file does not compile, the compile gate's
+finding); a member listed twice in a membership collection; a family helper whose
 definition is true for other members than declared.
 """
 
@@ -48,7 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from patchkit import tomlfile
+from patchkit.checks._uncompiled import Uncompiled, skipped, uncompiled
 from patchkit.index import PyIndex, canonical_expression, scan, settings_from_manifest
+from patchkit.manifest import Manifest
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 
 NAME = "dispatch"
@@ -102,6 +105,12 @@ def _dispatch_facts(ctx: VerifyContext) -> list[dict[str, Any]]:
     index = PyIndex(ctx.root, settings, ctx.cache_dir)
     loaded = (index.load(rel) for rel in scan(ctx.root, settings, ctx.cache_dir).dispatch)
     return [facts for facts in loaded if facts is not None]  # one that does not parse is compile's finding
+
+
+def scan_context(root: Path, set_dir: Path, manifest: Manifest, base_commit: str) -> VerifyContext:
+    """The context :func:`collect_sites` scans a whole tree with (``patchkit port`` scans both bases):
+    built here, by the gate, so that the engine that asks never imports the gate API itself."""
+    return VerifyContext.for_tree(root, set_dir, manifest, base_commit)
 
 
 def collect_sites(ctx: VerifyContext, all_facts: list[dict[str, Any]] | None = None) -> list[Site]:
@@ -201,15 +210,21 @@ def run(ctx: VerifyContext) -> list[Finding]:
                         f"({', '.join(covers)}): {_describe(site)}",
                         hint="handle DDTREE in this branch, or declare the site rejected/not_applicable with a reason")
             )
+    broken = uncompiled(ctx)  # a declaration of a file that does not compile is judged once it does
+    unjudged: dict[Uncompiled, list[str]] = {}
     for d in stale:
-        if d.key not in replaced:
+        if d.key in replaced:
+            continue
+        if d.file in broken:
+            unjudged.setdefault(broken[d.file], []).append(f"the declared site {d.scope}: `{d.expr}`")
+        else:
             findings.append(
                 Finding(gate=NAME, severity=Severity.ERROR, file=decl_rel, line=d.line,
                         message=f"declared dispatch site no longer exists: {d.file} {d.scope}: `{d.expr}`"
                         + (f" (occurrence {d.occurrence})" if d.occurrence else ""),
                         hint="the branch moved or changed: review it and update or remove the declaration")
             )
-    return findings
+    return findings + [skipped(NAME, problem, sites) for problem, sites in unjudged.items()]
 
 
 def _undeclared(site: Site, decl_rel: str, before: Declaration | None = None) -> Finding:

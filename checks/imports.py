@@ -8,7 +8,8 @@ recorded separately. A module that cannot import on CPU for a stated reason is d
     static_only = { "sglang.srt.speculative.dflash_worker" = "needs sgl_kernel via managers.scheduler" }
 
 and is reported as an info row "covered statically" (the xref gate reads it); nothing is skipped
-silently. A failing import is reported at the deepest traceback frame inside the tree.
+silently. A failing import is reported at the deepest traceback frame inside the tree; one that fails
+because a touched file does not compile is the compile gate's finding, and said once as skipped.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from patchkit import proc
+from patchkit.checks._probe.runner import python_names
+from patchkit.checks._uncompiled import Uncompiled, caused_by, skipped, uncompiled
 from patchkit.errors import BadInput, location
 from patchkit.verify.api import Example, Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, hash_files, key_of, sha256_file
@@ -130,18 +133,26 @@ def failure(module: str, rel: str, outcome: dict[str, Any], ctx: VerifyContext) 
 def findings_from(harness: dict[str, Any], modules: dict[str, str], ctx: VerifyContext) -> list[Finding]:
     results, process = harness["modules"], harness["process"]
     findings = []
+    broken = uncompiled(ctx)
+    not_imported: dict[Uncompiled, list[str]] = {}  # one cause, one finding: the compile gate's
     for module, rel in modules.items():
         outcome = results.get(module)
         if outcome and outcome["ok"]:
             continue
         if outcome and outcome["ok"] is False:
-            findings.append(failure(module, rel, outcome, ctx))
+            text = "\n".join([outcome.get("error", ""), outcome.get("traceback", ""),
+                              *(str(frame[0]) for frame in outcome.get("frames", []))])
+            cause = caused_by(text, broken, ctx.root)
+            if cause is not None:
+                not_imported.setdefault(cause, []).append(f"import {module}")
+            else:
+                findings.append(failure(module, rel, outcome, ctx))
             continue
         died = "while importing it" if outcome else "before reaching it"
         findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=rel, line=None,
                                 message=f"import {module}: the import process died {died} "
                                 f"(exit {process['returncode']}): {process['tail'][-500:]}"))
-    return findings
+    return findings + [skipped(NAME, cause, what) for cause, what in not_imported.items()]
 
 
 def run(ctx: VerifyContext) -> list[Finding]:
@@ -160,9 +171,12 @@ def run(ctx: VerifyContext) -> list[Finding]:
     stub_dir, stub_rows = stubs(ctx, NAME)
     rows.append(Finding(gate=NAME, severity=Severity.INFO, file="manifest.toml", line=None,
                         message=f"{len(to_import)} module(s) imported: {interpreter.note}"))
+    # what an import can read: the base's files (by its commit) but for those the tree changed (by
+    # content), and which modules exist at all (a deleted base file is no touched file)
     key = key_of(NAME, interpreter.spec_key, ctx.base_commit, sorted(to_import),
                  {rel: sha256_file(ctx.root / rel) for rel in ctx.touched},
-                 hash_files(stub_dir.rglob("*.py")) if stub_dir else None)
+                 hash_files(stub_dir.rglob("*.py")) if stub_dir else None,
+                 python_names(ctx.root, source_root))
     cache = ResultCache(ctx.cache_dir, NAME)
     harness = cache.get(key, tree=ctx.root)  # the key names no path: kept tree-relative
     if harness is None:

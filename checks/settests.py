@@ -16,10 +16,12 @@ The same run records which lines of the touched files each test ran (``checks/_t
 every added Python statement no set test runs and no ``[verify.tests.unreachable]`` declaration
 covers is a warning, per patch (an error with ``[verify.tests] strict_coverage = true``, which
 ``patchkit verify --strict-coverage`` sets for one run); when tests fail, the added
-lines the failing tests ran and the passing ones did not are ranked (Ochiai) and the top candidates
-are findings at their line. A coverage declaration that matches nothing the set adds is an error at
-the manifest's line naming the nearest match (never a refusal to start: the other gates run); one
-whose every statement a set test ran is a warning.
+lines the failing tests ran and the passing ones did not are ranked (Ochiai, the functions with
+uncommitted edits first) and the top candidates are findings at their line, the reason said in
+words. A coverage declaration that matches nothing the set adds is an error at the manifest's line
+naming the nearest match (never a refusal to start: the other gates run); one whose every statement
+a set test ran is a warning. A run with a failing test runs every test (never partly reused), so
+the cache changes no finding.
 """
 
 from __future__ import annotations
@@ -31,12 +33,12 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 from patchkit import proc
-from patchkit.checks._probe.runner import python_names
+from patchkit.checks._probe.runner import probe_code, python_names
 from patchkit.checks._tests.coverage import (
     Declaration,
     Statements,
@@ -46,7 +48,8 @@ from patchkit.checks._tests.coverage import (
     suggestions,
     uncovered,
 )
-from patchkit.checks._tests.impact import Snapshot, SnapshotStore, rebased
+from patchkit.checks._tests.impact import Snapshot, SnapshotStore, code_index, rebased
+from patchkit.checks._uncompiled import Uncompiled, caused_by, skipped, uncompiled
 from patchkit.errors import BadInput, location
 from patchkit.index import added_lines
 from patchkit.manifest import line_of
@@ -241,14 +244,31 @@ def traced_finding(failure: dict[str, Any], ctx: VerifyContext, added: dict[str,
                    hint="the test's own finding shows its assertion; the error passed through here")
 
 
+def failure_text(failure: dict[str, Any]) -> str:
+    crash = failure.get("crash") or []
+    return "\n".join([failure.get("text", ""), *(str(part) for part in crash)])
+
+
 def findings_from(outcome: dict[str, Any], tests: list[Path], ctx: VerifyContext,
                   added: dict[str, frozenset[int]] | None = None) -> list[Finding]:
     code = outcome["returncode"]
-    findings = [failure_finding(f, tests, ctx) for f in outcome["failures"]]
+    # a test that fails because a touched file does not compile is the compile gate's finding
+    broken = uncompiled(ctx)
+    unrun: dict[Uncompiled, list[str]] = {}
+    failures = []
+    for failure in outcome["failures"]:
+        cause = caused_by(failure_text(failure), broken, ctx.root)
+        if cause is None:
+            failures.append(failure)
+        else:
+            unrun.setdefault(cause, []).append(failure["nodeid"])
+    findings = [failure_finding(f, tests, ctx) for f in failures]
     if added:
-        traced = (traced_finding(f, ctx, added) for f in outcome["failures"])
+        traced = (traced_finding(f, ctx, added) for f in failures)
         findings += list({(f.file, f.line): f for f in traced if f is not None}.values())
-        findings += located(outcome, ctx, added, {(f.file, f.line) for f in findings})
+        explained = {nodeid for nodeids in unrun.values() for nodeid in nodeids}
+        findings += located(outcome, ctx, added, {(f.file, f.line) for f in findings}, explained)
+    findings += [skipped(NAME, cause, nodeids) for cause, nodeids in unrun.items()]
     shown = display_path(tests[0])
     if code == 5:
         findings.append(Finding(gate=NAME, severity=Severity.WARNING, file=shown, line=None,
@@ -294,10 +314,54 @@ def statement_tables(ctx: VerifyContext, added: dict[str, frozenset[int]]) -> di
     return out
 
 
+def uncommitted_spans(ctx: VerifyContext, files: Iterable[str]) -> dict[str, list[tuple[int, int]]]:
+    """Per touched file, the (first, last) lines of each function the work tree edits over the tree's
+    last commit (uncommitted edits: ``--allow-drift`` on a tree being worked on; a file git does not
+    track is all new). A fact of the tree, not of an earlier run, so the cache changes nothing."""
+    from patchkit.git import Repo  # lazy: only a failing run ranks lines
+
+    files = sorted(files)
+    if not files:
+        return {}
+    repo = Repo(ctx.root)
+    untracked = set(repo.untracked())
+    edited: dict[str, set[int]] = {rel: {0} for rel in files if rel in untracked}  # 0: the whole file
+    current = None
+    for line in repo.run("diff", "-U0", "--no-color", "--no-ext-diff", "HEAD", "--", *files).splitlines():
+        if line.startswith("+++ "):
+            current = line[4:].removeprefix("b/") if line[4:] != "/dev/null" else None
+        elif line.startswith("@@") and current is not None and (hunk := _HUNK.match(line)):
+            start, count = int(hunk.group(1)), int(hunk.group(2) or 1)
+            # a pure deletion (count 0) sits between its line and the next
+            edited.setdefault(current, set()).update(range(start, start + count) if count else (start, start + 1))
+    out: dict[str, list[tuple[int, int]]] = {}
+    for rel, lines in edited.items():
+        try:
+            spans = code_index((ctx.root / rel).read_text(encoding="utf-8", errors="replace")).spans
+        except (OSError, SyntaxError, ValueError):
+            continue
+        out[rel] = [(a, b) for a, b, _qual in spans if 0 in lines or any(a <= n <= b for n in lines)]
+    return out
+
+
+_HUNK = re.compile(r"@@ -\S+ \+(\d+)(?:,(\d+))? @@")
+
+
+def in_words(ran_failed: int, failed: int, ran_passed: int, passed: int) -> str:
+    """Why a line is suspect, the way a maintainer would say it (the score only orders the lines)."""
+    failing = ("every failing test runs this added line" if ran_failed == failed
+               else f"{ran_failed} of the {failed} failing tests run this added line")
+    if not ran_passed:
+        return failing + (" and no passing test does" if passed else "")
+    return failing + f", and {ran_passed} of the {passed} passing tests do too"
+
+
 def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]],
-            already: set[tuple[str, int | None]]) -> list[Finding]:
-    """The added statements most likely at fault when set tests fail (Ochiai over per-test lines)."""
-    tests = outcome.get("tests") or {}
+            already: set[tuple[str, int | None]], explained: Collection[str] = ()) -> list[Finding]:
+    """The added statements most likely at fault when set tests fail, ranked by the spectrum of which
+    tests run them (Ochiai over per-test lines: every test's, a failing run is never partly reused).
+    The ``explained`` failures (a file that does not compile) are left out: they rank nothing."""
+    tests = {n: t for n, t in (outcome.get("tests") or {}).items() if n not in explained}
     failed = {n for n, t in tests.items() if t.get("outcome") == "failed"}
     passed = {n for n, t in tests.items() if t.get("outcome") == "passed"}
     buckets = relative_lines(outcome, ctx)
@@ -305,9 +369,9 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
         return []
     tables = statement_tables(ctx, added)
     ranked = ochiai(buckets, failed, passed, added, tables)
-    # lines of functions that changed since the recorded run come first: a test that passed there and
-    # fails now failed through a change (the spectrum alone ranks a line every test runs low)
-    changed = outcome.get("changed") or {}
+    # lines of functions with uncommitted edits come first: a test that fails now most likely fails
+    # through what was just edited (the spectrum alone ranks a line every test runs low)
+    changed = uncommitted_spans(ctx, tables)
 
     def is_changed(file: str, line: int) -> bool:
         return any(a <= line <= b for a, b in changed.get(file, []))
@@ -317,19 +381,19 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
     ranked = [r for r in ranked if (r[1], r[2]) not in headers]
     ranked.sort(key=lambda r: not is_changed(r[1], r[2]))
     out = []
-    for score, file, line in ranked[:LOCATED]:
+    for _score, file, line in ranked[:LOCATED]:
         if (file, line) in already:
             continue
         table = tables[file]
         ran = [n for n in (*failed, *passed) if table.owner.get(line) in
                {table.owner.get(x) for x in buckets.get(n, {}).get(file, set())}]
         ran_failed = sum(1 for n in ran if n in failed)
-        since = "; its function changed since the recorded run" if is_changed(file, line) else ""
+        edited = "; its function has uncommitted edits" if is_changed(file, line) else ""
         out.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
-                           message=f"likely cause of the failing set tests (Ochiai {score:.2f}{since}): this added "
-                           f"line runs in {ran_failed} of {len(failed)} failing and {len(ran) - ran_failed} of "
-                           f"{len(passed)} passing test(s)",
-                           hint="the spectrum of which tests run which added lines ranks it; read it first"))
+                           message=f"likely cause of the failing set tests: "
+                           f"{in_words(ran_failed, len(failed), len(ran) - ran_failed, len(passed))}{edited}",
+                           hint="of the added lines, the failing tests run this one the most and the passing "
+                           "ones the least (an Ochiai ranking): read it first"))
     return out
 
 
@@ -350,6 +414,9 @@ def coverage_findings(outcome: dict[str, Any], ctx: VerifyContext, added: dict[s
     """Per patch, the added statements no set test ran and no declaration covers."""
     if outcome.get("returncode") not in (0, 1) or "lines" not in outcome:
         return []
+    broken = uncompiled(ctx)
+    if broken:  # the tests could not run what imports it: what they did not run says nothing
+        return [skipped(NAME, problem, "the added-line coverage") for problem in broken.values()]
     tables = statement_tables(ctx, added)
     declared, _ = declarations(ctx.manifest.path, ctx.gate_config(NAME), added, tables)
     if outcome.get("reused"):
@@ -442,7 +509,7 @@ def run(ctx: VerifyContext) -> list[Finding]:
     stub_dir, stub_rows = stubs(ctx, NAME)
     # the coverage declarations change what is reported, not what runs: not part of the run's key
     run_config = {k: v for k, v in config.items() if k not in ("unreachable", "untested")}
-    suite = key_of(NAME, interpreter.spec_key, run_config, RUNNER.read_text(),
+    suite = key_of(NAME, interpreter.spec_key, run_config, probe_code(RUNNER),
                    [hash_files((p for p in scope.rglob("*") if p.is_file() and "__pycache__" not in p.parts), scope)
                     for scope in scopes(tests)],
                    hash_files(stub_dir.rglob("*.py")) if stub_dir else None,
@@ -472,22 +539,32 @@ def _shared_note(shared: list[Path]) -> str:
 def _run_with_impact(python: str, tests: list[Path], ctx: VerifyContext, stub_dir: Path | None,
                      config: dict[str, Any], store: SnapshotStore) -> dict[str, Any]:
     """Rerun only the tests that ran changed code since a recorded run of the same suite (all of them
-    when nothing is recorded, or module-level code changed), and merge the rest from the record."""
-    found = store.best(ctx.root) if config.get("impact", True) else None
-    if found is None:
+    when nothing is recorded, or module-level code changed), and merge the rest from the record.
+
+    A run with a failing test is never partly reused: every test runs again, so what the gate reports
+    (the failures, the lines the locator ranks from every test's spectrum) is what a run without the
+    cache reports. Only passing runs are assembled from a record."""
+
+    def everything() -> dict[str, Any]:
         outcome = run_pytest(python, tests, ctx, stub_dir, config)
         snapshot = Snapshot.record(ctx.root, outcome) if outcome.get("returncode") in (0, 1) else None
         if snapshot is not None:
             store.add(snapshot)
         return outcome
+
+    found = store.best(ctx.root) if config.get("impact", True) else None
+    if found is None:
+        return everything()
     previous, affected = found
     if not affected:
         merged = previous.merged({"tests": {}}, ctx.root)
-        return merged
+        return everything() if merged["counts"]["failed"] else merged
     fresh = run_pytest(python, tests, ctx, stub_dir, config, affected)
     if fresh.get("returncode") not in (0, 1) or not fresh.get("tests"):
-        return run_pytest(python, tests, ctx, stub_dir, config)  # something odd: run everything
-    merged = {**previous.merged(fresh, ctx.root), "changed": previous.changed_spans(ctx.root)}
+        return everything()  # something odd: run everything
+    merged = previous.merged(fresh, ctx.root)
+    if merged["counts"]["failed"]:
+        return everything()
     recorded = Snapshot.record(ctx.root, fresh)
     if recorded is not None:
         store.add(rebased(ctx.root, previous, recorded))
@@ -531,7 +608,8 @@ EXAMPLES = (
                                          "    ys = list(xs)\n    return ys[-1]\n",
                    "@set/tests/test_algo.py": _TEST_ADD + "\n\ndef test_first():\n    from pkg.algo import first\n"
                                               "    assert first([7, 8]) == 7\n"},
-            passes=False, expect="likely cause of the failing set tests (Ochiai 1.00)"),
+            passes=False,
+            expect="likely cause of the failing set tests: every failing test runs this added line and no passing"),
     Example(name="a set without tests is reported", files={"python/pkg/__init__.py": ""}, passes=False,
             expect="no tests folder"),
     Example(name="the shared tests run with the set's own, against its tree",

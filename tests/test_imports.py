@@ -14,6 +14,8 @@ And, within that order:
    and the infrastructure modules;
 3. only ``patchkit/render/`` imports rich;
 4. ``patchkit/smoke/`` imports nothing of the engine but ``patchkit.patchset.state``;
+5. the engine (``patchkit/patchset/``) imports nothing of ``patchkit.verify``, not even the gate API: what
+   it needs of a gate (``port``'s dispatch scan) the command hands it, with the gate's own context;
 
 and three that keep the packages apart: ``patchkit.verify.api`` imports nothing else of verify, only
 ``patchkit/git.py`` imports gitpython, and the modules of patchkit import each other without a cycle
@@ -144,6 +146,8 @@ def _breaks(rule: str, imp: Import) -> bool:
     if rule == "smoke sees only patchset.state":
         return (src.startswith("patchkit/smoke/") and top(imp.module, "patchkit.patchset")
                 and imp.module != "patchkit.patchset.state")
+    if rule == "the engine sees no verify":
+        return src.startswith("patchkit/patchset/") and top(imp.module, "patchkit.verify")
     if rule == "the gate API stands alone":
         return src == "patchkit/verify/api.py" and top(imp.module, "patchkit.verify")
     if rule == "one git wrapper":
@@ -152,7 +156,8 @@ def _breaks(rule: str, imp: Import) -> bool:
 
 
 @pytest.mark.parametrize("rule", ["composition root", "checks use the gate API", "only render imports rich",
-                                  "smoke sees only patchset.state", "the gate API stands alone", "one git wrapper"])
+                                  "smoke sees only patchset.state", "the engine sees no verify",
+                                  "the gate API stands alone", "one git wrapper"])
 def test_import_rule(rule):
     assert offenders(rule) == []
 
@@ -165,6 +170,8 @@ def test_the_rules_see_a_breach():
                                                   lazy=True))
     assert _breaks("checks use the gate API", Import("checks/xref.py", "patchkit.patchset.apply", lazy=False))
     assert _breaks("only render imports rich", Import("patchkit/cli.py", "rich.console", lazy=False))
+    assert _breaks("the engine sees no verify", Import("patchkit/patchset/port.py", "patchkit.verify.api", lazy=True))
+    assert not _breaks("the engine sees no verify", Import("patchkit/patchset/port.py", "patchkit.index", lazy=True))
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -240,7 +247,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("patchkit.verify",),  # the verify runner: the command hands it the gates
     ("patchkit.patchset",),  # the patch-set engine
     ("patchkit.checks",),  # the gates
-    ("patchkit.verify.api|patchkit.verify.envs|patchkit.verify.cache|patchkit.verify.references",),  # the gate API
+    ("patchkit.verify.api|patchkit.verify.envs|patchkit.verify.cache",),  # the gate API
     ("patchkit.index",),  # the Python index every analysis reads
 )
 

@@ -9,6 +9,15 @@ kinds of cause stay invisible to it.
 - **An added branch that never ran** in the function that produced the refused value (a DDTREE branch
   moved below a ``return`` of the base): the value's origin is base code, so the trace-back names
   nothing of the set. Named: the first added statement of that function the case did not run.
+
+- **A module-level constant** the set adds (``DDTREE_TREE_MASK_BACKENDS = ("triton", "fa3")``): read by
+  the check that let the refused value through, it is the line that changed, not the check. Named
+  when it holds a value the case failed on and an added line that ran reads it, at the line of that
+  value inside it; the reading line is then no finding of its own (one finding per cause).
+
+A touched file that does not parse is the compile gate's finding: the finders read only the sources
+:func:`parsed_sources` keeps (and each finder, handed one anyway, finds nothing in it), so no input
+makes the gate crash.
 """
 
 from __future__ import annotations
@@ -21,12 +30,32 @@ from typing import Any
 from patchkit.checks._tests.coverage import Statements, scope_of
 
 ANY_FIELD = "*"
+CONSTANT_CAUSE = "(a constant the set adds)"
+
+
+def parses(source: str) -> bool:
+    """Whether ``source`` is Python this interpreter parses (a file that does not is compile's finding)."""
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError):  # ValueError: a null byte in the source
+        return False
+    return True
+
+
+def parsed_sources(sources: Mapping[str, str]) -> dict[str, str]:
+    """The sources the cause finders may read: those that parse."""
+    return {rel: source for rel, source in sources.items() if parses(source)}
 
 
 def class_defaults(source: str, added: frozenset[int]) -> list[tuple[str, int, str]]:
-    """(field, line, repr of the literal default) of every class-body field on an added line."""
+    """(field, line, repr of the literal default) of every class-body field on an added line (none
+    in a source that does not parse)."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    for node in ast.walk(tree):
         if not isinstance(node, ast.ClassDef):
             continue
         for stmt in node.body:
@@ -66,8 +95,11 @@ def default_causes(sources: Mapping[str, str], added: Mapping[str, frozenset[int
 def unrun_branch(source: str, added: frozenset[int], origin_line: int,
                  executed: Iterable[int]) -> int | None:
     """The first added statement of the function around ``origin_line`` that did not run (None when
-    every added statement there ran, or the origin is at module level)."""
-    table = Statements.of(source)
+    every added statement there ran, the origin is at module level, or the source does not parse)."""
+    try:
+        table = Statements.of(source)
+    except (SyntaxError, ValueError):
+        return None
     qual = scope_of(table, origin_line)
     if not qual:
         return None
@@ -91,4 +123,53 @@ def branch_causes(sources: Mapping[str, str], added: Mapping[str, frozenset[int]
         if branch is not None:
             out.append((rel, branch, f"this added branch never ran, and {assignment} came from {rel}:{line} "
                         "in the same function"))
+    return out
+
+
+def _strings(value: Any) -> set[str]:
+    """The strings inside a literal (a tuple of names, a dict of them, one string)."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        return _strings(list(value)) | _strings(list(value.values()))
+    if isinstance(value, (tuple, list, set, frozenset)):
+        return {s for item in value for s in _strings(item)}
+    return {str(value)}
+
+
+def module_constants(source: str, added: frozenset[int]) -> list[tuple[str, ast.expr, Any]]:
+    """(name, value node, literal) of every module-level constant an added line assigns."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    out = []
+    for stmt in tree.body:
+        target = stmt.target if isinstance(stmt, ast.AnnAssign) else (
+            stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None)
+        value = getattr(stmt, "value", None)
+        lines = range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
+        if not isinstance(target, ast.Name) or value is None or not any(n in added for n in lines):
+            continue
+        try:
+            out.append((target.id, value, ast.literal_eval(value)))
+        except ValueError:
+            continue  # computed: not a constant the set wrote down
+    return out
+
+
+def constant_causes(sources: Mapping[str, str], added: Mapping[str, frozenset[int]], failed: set[tuple[str, str]],
+                    read: Sequence[str]) -> list[tuple[str, int, str]]:
+    """(file, line, why) of the added module-level constants that hold a value the case failed on and
+    that a line of ``read`` (the added lines that ran) reads, at the line of that value."""
+    values = {value for _field, value in failed}
+    out = []
+    for rel, source in sources.items():
+        for name, node, literal in module_constants(source, added.get(rel, frozenset())):
+            held = sorted(_strings(literal) & values)
+            if not held or not any(re.search(rf"\b{re.escape(name)}\b", text) for text in read):
+                continue
+            at = next((n.lineno for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value == held[0]),
+                      node.lineno)
+            out.append((rel, at, f"{name} {CONSTANT_CAUSE} holds {held[0]!r}, and the check that ran reads it"))
     return out

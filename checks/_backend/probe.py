@@ -36,10 +36,10 @@ from types import ModuleType
 from typing import Any
 
 try:  # in the repository (type checkers, tests)
-    from patchkit.checks._probe.tracing import Provenance, code_key, lines_run
+    from patchkit.checks._probe.tracing import ImportLog, Provenance, code_key, lines_run
 except ImportError:  # run as a script in the isolated environment, where only its folder is known
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_probe"))
-    from tracing import Provenance, code_key, lines_run  # type: ignore[import-not-found,no-redef]
+    from tracing import ImportLog, Provenance, code_key, lines_run  # type: ignore[import-not-found,no-redef]
 
 MARKER = "=== patchkit probe rows ==="
 _ADDED: dict[str, set[int]] = {}  # the request's added lines per touched file: the only lines traced
@@ -440,12 +440,13 @@ def main() -> int:
     logging.disable(logging.CRITICAL)
     touched = set(request.get("touched", []))
     _ADDED.update({path: set(lines) for path, lines in request.get("added", {}).items()})
+    imports = ImportLog(request["tree_python"]).install()  # what the rows depend on, failed imports too
     try:
         module = __import__(request["module"], fromlist=["ServerArgs"])
     except Exception as exc:
         print(MARKER)
         print(json.dumps({"import_error": traceback.format_exc(limit=5), "raised_at": _raised_at(exc, touched),
-                          "deps": _tree_deps(request["tree_python"])}))
+                          "deps": imports.tree_files()}))
         return 0
     cli: CommandLine | None = None
     if request.get("cli_entry"):
@@ -465,14 +466,8 @@ def main() -> int:
             flags = _flag_rows(module, cli, request, workdir, touched)
     print(MARKER)
     print(json.dumps({"rows": rows, "flags": flags, "cli_entry": bool(cli and cli.entry),
-                      "deps": _tree_deps(request["tree_python"])}, default=str))
+                      "deps": imports.tree_files()}, default=str))
     return 0
-
-
-def _tree_deps(tree_python: str) -> list[str]:
-    prefix = os.path.abspath(tree_python) + os.sep
-    files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
-    return sorted(f for f in files if f and os.path.abspath(f).startswith(prefix))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ paths to values on a MagicMock (or on the object
 that ``self = "expr"`` builds). ``expect`` expressions also see ``self``, ``result`` and ``error``.
 
 Writes one row per call after a marker line: ok, problems, the executed lines of touched files,
-and ``deps``: the tree files imported (for the gate's cache).
+and ``deps``: the tree files it tried to import, failed ones included (for the gate's cache).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from typing import Any
 from unittest import mock as _mock
 
 try:  # in the repository (type checkers, tests)
-    from patchkit.checks._probe.tracing import code_key, lines_run
+    from patchkit.checks._probe.tracing import ImportLog, code_key, lines_run
 except ImportError:  # run as a script in the isolated environment, where only its folder is known
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from tracing import code_key, lines_run  # type: ignore[import-not-found,no-redef]
+    from tracing import ImportLog, code_key, lines_run  # type: ignore[import-not-found,no-redef]
 
 MARKER = "=== patchkit probe rows ==="
 
@@ -199,12 +199,6 @@ def _short(path: str) -> str:
     return "sglang" + os.sep + path.split(marker, 1)[1] if marker in path else os.path.basename(path)
 
 
-def _tree_deps(tree_python: str) -> list[str]:
-    prefix = os.path.abspath(tree_python) + os.sep
-    files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
-    return sorted(f for f in files if f and os.path.abspath(f).startswith(prefix))
-
-
 def main() -> int:
     request = json.load(sys.stdin)
     sys.path.insert(0, request["tree_python"])
@@ -215,6 +209,7 @@ def main() -> int:
     env: dict[str, Any] = dict(HELPERS)
     touched = set(request.get("touched", []))
     added = {path: set(lines) for path, lines in request.get("added", {}).items()}
+    imports = ImportLog(request["tree_python"]).install()  # what the rows depend on, failed imports too
     try:
         for alias, module in request.get("imports", {}).items():
             env[alias] = importlib.import_module(module)
@@ -222,11 +217,11 @@ def main() -> int:
         frames = [[f.filename, f.lineno] for f in traceback.extract_tb(exc.__traceback__) if f.filename in touched]
         print(MARKER)
         print(json.dumps({"import_error": traceback.format_exc(limit=6), "raised_at": frames[-1] if frames else None,
-                          "deps": _tree_deps(request["tree_python"])}))
+                          "deps": imports.tree_files()}))
         return 0
     rows = [_run_call(call, env, touched, added) for call in request["calls"]]
     print(MARKER)
-    print(json.dumps({"rows": rows, "deps": _tree_deps(request["tree_python"])}, default=str))
+    print(json.dumps({"rows": rows, "deps": imports.tree_files()}, default=str))
     return 0
 
 

@@ -54,6 +54,16 @@ def folder_digest(folder: Path | None) -> str | None:
     return digest.hexdigest()
 
 
+#: The probe-side helpers every probe runs with (by path, in the isolated interpreter).
+TRACING = Path(__file__).parent / "tracing.py"
+
+
+def probe_code(probe: Path) -> str:
+    """Hash of the code a probe runs: the probe and the helpers it imports by path. Part of a probe
+    cache's key, so a changed probe or helper never serves rows the old code computed."""
+    return hashlib.sha256(probe.read_bytes() + b"\0" + TRACING.read_bytes()).hexdigest()
+
+
 def python_names(root: Path, base: str) -> str:
     """Hash of the tree's Python file NAMES: a module appearing or vanishing can change any import."""
     names = []
@@ -65,11 +75,15 @@ def python_names(root: Path, base: str) -> str:
 
 
 class DependencyCache:
-    """Rows cached per request key, valid while every tree file the probe imported is unchanged.
+    """Rows cached per request key, valid while every tree file the probe tried to import is unchanged.
 
-    The probe reports the tree files it loaded (``deps``); a cached entry is reused when the request
-    key matches and each of those files still hashes the same, so an edit of a file the probe never
-    imports does not start the interpreter again."""
+    The probe reports the tree files its imports located (``deps``: those that loaded and those whose
+    import failed, :class:`~patchkit.checks._probe.tracing.ImportLog`); a cached entry is reused when the
+    request key matches and each of those files still hashes the same, so an edit of a file the probe
+    never imports does not start the interpreter again, and the fix of a file whose import failed
+    runs it again. The key holds what else the rows depend on: the request, the interpreter, the
+    probe's code (:func:`probe_code`), the stubs and the names of the tree's Python files (a module
+    appearing or vanishing changes what an import finds)."""
 
     def __init__(self, cache_dir: Path, gate: str, key: str):
         self.path = cache_dir / gate / f"{key}.json"

@@ -1,10 +1,12 @@
 """Probe-side helper (standard library only; probes import it by path): record which lines of the
 tree's touched files run while a call executes, so a failing check can name the added line behind it,
-and (:class:`Provenance`) which line produced the value a watched attribute last received."""
+(:class:`Provenance`) which line produced the value a watched attribute last received, and
+(:class:`ImportLog`) every tree file the run tried to import, for the cache of its result."""
 
 from __future__ import annotations
 
 import ast
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -150,3 +152,48 @@ def lines_run(files: Mapping[str, set[int] | None] | set[str],
         yield order
     finally:
         sys.settrace(previous)
+
+
+class ImportLog:
+    """Every file under ``prefix`` the import system located while the log is installed
+    (:meth:`install`), whether its import then succeeded or not.
+
+    What a run read through imports is what a cache of its result must be keyed on. ``sys.modules``
+    alone misses exactly the files behind a failure: a module whose code raises, or that does not
+    compile, is removed from it again, so a result cached with the modules that loaded would stay
+    valid after that file is fixed (issue 37: a stale IndentationError). The log sits first on
+    ``sys.meta_path`` and asks the finders after it, as the import system would, noting where each
+    spec it returns lies; ``seen`` (when given) hears each file as it is located."""
+
+    def __init__(self, prefix: str, seen: Callable[[str], None] | None = None):
+        self.prefix = os.path.abspath(prefix) + os.sep
+        self.files: set[str] = set()
+        self.seen = seen
+
+    def install(self) -> ImportLog:
+        sys.meta_path.insert(0, self)
+        return self
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            try:
+                spec = find(name, path, target)
+            except TypeError:  # an older finder without the target parameter
+                spec = find(name, path)
+            if spec is not None:
+                origin = spec.origin if getattr(spec, "has_location", False) else None
+                if origin and os.path.abspath(origin).startswith(self.prefix):
+                    self.files.add(origin)
+                    if self.seen is not None:
+                        self.seen(origin)
+                return spec
+        return None
+
+    def tree_files(self) -> list[str]:
+        """The files located (loaded or not) and every tree module still loaded, sorted."""
+        loaded = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+        found = {f for f in loaded if f and os.path.abspath(f).startswith(self.prefix)} | self.files
+        return sorted(found)

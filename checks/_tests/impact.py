@@ -134,21 +134,6 @@ class Snapshot:
         return cls({"files": files, "hashes": hashes, "modules": modules, "tests": tests,
                     "global": buckets.get("<global>", []), "returncode": outcome.get("returncode")})
 
-    def changed_spans(self, root: Path) -> dict[str, list[list[int]]]:
-        """Per changed file, the (first, last) lines of each function whose code changed since the
-        recorded run (the spectrum-based locator ranks the added lines inside them first)."""
-        out: dict[str, list[list[int]]] = {}
-        for rel, digest in self.data["files"].items():
-            if file_digest(root / rel) == digest:
-                continue
-            try:
-                index = code_index((root / rel).read_text(encoding="utf-8", errors="replace"))
-            except (OSError, SyntaxError, ValueError):
-                continue
-            recorded = self.data["hashes"].get(rel, {})
-            out[rel] = [[a, b] for a, b, qual in index.spans if index.hashes.get(qual) != recorded.get(qual)]
-        return out
-
     def affected(self, root: Path) -> list[str] | None:
         """Tests that ran code which changed since; None when every test must run again."""
         changed = [rel for rel, digest in self.data["files"].items() if file_digest(root / rel) != digest]

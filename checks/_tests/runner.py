@@ -6,7 +6,10 @@ Writes every failure (with its traceback locations), the counts, each test's own
 ``PATCHKIT_TRACE_DEPS=1``, which code of the tree each test ran: the tests gate reruns a test only when
 code it ran has changed. Code is recorded per *bucket*: a test (setup, call, teardown), a fixture wider
 than a function (set up once and shared by the tests that request it), or ``<global>`` (collection,
-imports). A test that starts a subprocess is marked ``opaque``: its children's code is not seen.
+imports). A test that starts a subprocess is marked ``opaque``: its children's code is not seen. Every
+tree file a bucket's imports located counts as its module-level code, whether the import worked or
+not: a file that does not compile (or raises at import) runs no code, yet the test's outcome depends
+on it, and its fix must rerun the test.
 
 With ``PATCHKIT_COVER_FILES`` (absolute paths, ``os.pathsep``-separated: the files the series touches),
 the lines of those files that run are recorded per bucket too: the tests gate's added-line coverage
@@ -16,6 +19,7 @@ of the tree and the libraries run at the cost of the call tracer alone.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing.process
 import os
@@ -26,6 +30,17 @@ from typing import Any
 
 sys.dont_write_bytecode = True
 import pytest  # noqa: E402
+
+
+def _probe_helpers() -> Any:
+    """The probes' helper module, loaded by path under a private name (nothing is put on sys.path)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_probe", "tracing.py")
+    spec = importlib.util.spec_from_file_location("_patchkit_probe_tracing", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 out_path, tree_root = sys.argv[1], os.path.abspath(sys.argv[2]) + os.sep
 failures: list[dict[str, Any]] = []
@@ -75,6 +90,11 @@ class Tracker:
         self.fixtures: dict[str, list[str]] = {}
         self.cover = frozenset(filter(None, os.environ.get("PATCHKIT_COVER_FILES", "").split(os.pathsep)))
         self.lines: dict[str, dict[str, set[int]]] = {}
+        self.imported: dict[str, set[str]] = {}  # per bucket, the tree files its imports located
+
+    def located(self, path: str) -> None:
+        """An import of the running bucket found ``path`` in the tree (it may fail to load)."""
+        self.imported.setdefault(self.bucket, set()).add(path)
 
     def trace(self, frame: Any, event: str, arg: Any) -> Any:
         code = frame.f_code
@@ -113,8 +133,10 @@ class Tracker:
         self.opaque.add(self.bucket)
 
     def dump(self) -> dict[str, Any]:
-        return {"buckets": {b: sorted({(c.co_filename, c.co_firstlineno, c.co_name) for c in codes})
-                            for b, codes in self.codes.items()},
+        buckets = {b: {(c.co_filename, c.co_firstlineno, c.co_name) for c in codes} for b, codes in self.codes.items()}
+        for bucket, paths in self.imported.items():  # a located file: that file's module-level code
+            buckets.setdefault(bucket, set()).update((path, 1, "<module>") for path in paths)
+        return {"buckets": {b: sorted(codes) for b, codes in buckets.items()},
                 "opaque": sorted(self.opaque), "fixtures": self.fixtures}
 
     def dump_lines(self) -> dict[str, dict[str, list[int]]]:
@@ -143,6 +165,7 @@ plugins: list[Any] = [Collector()]
 if tracker is not None:
     plugins.append(tracker)
     watch_subprocesses(tracker)
+    _probe_helpers().ImportLog(tree_root, seen=tracker.located).install()
     threading.settrace(tracker.trace)
     sys.settrace(tracker.trace)
 

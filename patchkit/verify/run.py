@@ -11,15 +11,20 @@ Every selected gate runs, in registry order, even when an earlier one fails. A g
 a *crash* (status ``crash``, traceback kept), distinct from a gate that reports findings (``fail``).
 Exit code: 0 when every gate passed, 1 when a gate reported an error finding, 3 when a gate crashed.
 Warnings and info findings are reported but do not fail a gate.
+
+Without the cache (``--no-cache``) the gates get an empty cache folder of their own, removed after
+the run, and no pass is replayed: every result is computed from the inputs. With the cache, the
+verdict must be the same (tests/verify/test_cache_soundness.py drives random edits through both).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -175,6 +180,15 @@ def check_references(ctx: VerifyContext) -> tuple[VerifyContext, tuple[GateRun, 
     return ctx, (GateRun(gate=SET_CHECK, status="fail", seconds=0.0, findings=findings),)
 
 
+@contextlib.contextmanager
+def without_cache(ctx: VerifyContext) -> Iterator[VerifyContext]:
+    """``ctx`` with an empty cache folder of its own, removed afterwards: every gate computes every
+    result (``--no-cache``). The environments stay: they are inputs, pinned by the hash of their
+    table, not results."""
+    with tempfile.TemporaryDirectory(prefix="patchkit-no-cache-") as scratch:
+        yield dataclasses.replace(ctx, cache_dir=Path(scratch))
+
+
 # ---------------------------------------------------------------- the command
 
 
@@ -182,13 +196,14 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
            junit: Path | None = None, *, registry: Mapping[str, Gate], on_gate: GateProgress | None = None,
            allow_drift: bool = False, extra: Mapping[str, Gate] | None = None,
            reusable: frozenset[str] = frozenset(),
-           overrides: Mapping[str, Mapping[str, Any]] | None = None) -> VerifyResult:
+           overrides: Mapping[str, Mapping[str, Any]] | None = None, use_cache: bool = True) -> VerifyResult:
     """The core of ``patchkit verify``: check the target, run the selected gates (then the opt-in
     ``extra`` ones, e.g. :class:`patchkit.verify.prefixes.EachPrefix` for ``--each-prefix``), write the JUnit report.
 
     On a target that is exactly the set applied, the gates named in ``reusable`` replay their pass
     from an earlier run on the same inputs (:mod:`patchkit.verify.reuse`). ``overrides`` are the command
-    line's settings of gates' ``[verify.<gate>]`` tables (:attr:`VerifyContext.overrides`)."""
+    line's settings of gates' ``[verify.<gate>]`` tables (:attr:`VerifyContext.overrides`). Without
+    ``use_cache`` nothing is read from or written to the cache (:func:`without_cache`), nothing replayed."""
     start = time.perf_counter()
     select_gates(registry, gates)  # refuse unknown names before any work
     if junit:
@@ -197,8 +212,9 @@ def verify(set_dir: Path | None = None, target: Path | None = None, gates: Seque
     ctx = build_context(set_dir, target, on_gate.note, overrides)
     target_check = check_target(ctx, allow_drift=allow_drift)
     ctx, loaded = check_references(ctx)
-    tree = tree_identity(ctx.root) if target_check.exact and reusable else None
-    runs = (*loaded, *run_gates(ctx, registry, gates, on_gate, extra, reuse_for(ctx, reusable, tree)))
+    with contextlib.nullcontext(ctx) if use_cache else without_cache(ctx) as ctx:
+        tree = tree_identity(ctx.root) if use_cache and target_check.exact and reusable else None
+        runs = (*loaded, *run_gates(ctx, registry, gates, on_gate, extra, reuse_for(ctx, reusable, tree)))
     ok = all(run.status == "pass" for run in runs)
     result = VerifyResult(command="verify", ok=ok, target=str(ctx.root), set_dir=str(ctx.set_dir),
                           target_check=target_check, touched=ctx.touched, gates=runs,

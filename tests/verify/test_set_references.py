@@ -89,7 +89,7 @@ def test_a_set_folder_without_manifest_or_series_is_one_line_exit_2(tmp_path):
 
 def test_the_stubs_folder_is_a_reference_outside_the_set_too():
     from patchkit import manifest as manifest_mod
-    from patchkit.verify.references import outside_references
+    from patchkit.references import outside_references
 
     v2 = Path(__file__).resolve().parents[2] / "ddtree_patches" / "v2"
     refs = {(ref.table, ref.key, ref.path) for ref in outside_references(v2, manifest_mod.load(v2, with_lock=False))}

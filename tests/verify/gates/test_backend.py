@@ -248,3 +248,16 @@ class Args:
     with provenance.watching(module.Args), lines_run(files, provenance):
         args.backend = "triton"  # from this test file: not traced
     assert provenance.origins["backend"] == [None, None, "triton"]
+
+
+def test_a_cause_finder_never_crashes_on_a_touched_file_that_does_not_parse(make_ctx):
+    """Issue 37, point 9: the class-level default finder parsed every added file and raised SyntaxError
+    on one that does not compile, so the gate crashed (verify exit 3). The file is the compile gate's;
+    the cause behind the failing case is still named."""
+    from patchkit.verify.run import run_gate
+
+    files = {**backend._CLASS_DEFAULT, "python/sglang/srt/broken.py": "def f(:\n    return 1\n"}
+    run = run_gate("backend", lambda name: backend, make_ctx(files, CURRENT))
+    assert run.status == "fail", run.traceback
+    assert any("ddtree_backend = fa3 (a class-level default)" in f.message for f in run.findings)
+    assert not any(f.file == "python/sglang/srt/broken.py" and f.severity == Severity.ERROR for f in run.findings)

@@ -4,6 +4,7 @@ declarations (a stale one is a finding at the manifest's line, naming the neares
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -187,7 +188,7 @@ SHARED_TESTS = ("import os, sys\nsys.path.insert(0, os.path.join(os.environ['PAT
                 "def test_norm_sums_to_one(n):\n    assert sum(norm(list(range(1, n)))) == pytest.approx(1)\n")
 
 
-def test_the_locator_puts_the_changed_line_first_though_passing_tests_run_it(make_ctx):
+def test_the_locator_puts_the_changed_line_first_though_passing_tests_run_it(make_ctx, tmp_path):
     from patchkit.checks import settests
 
     files = {"python/pkg/__init__.py": "", "python/pkg/algo.py": SHARED, "@set/tests/test_algo.py": SHARED_TESTS}
@@ -201,9 +202,13 @@ def test_the_locator_puts_the_changed_line_first_though_passing_tests_run_it(mak
     # the spectrum's own best, a line of first() or last()
     assert {(f.file, f.line) for f in located[:2]} == {("python/pkg/algo.py", 2), ("python/pkg/algo.py", 3)}
     for finding in located[:2]:
-        assert "its function changed since the recorded run" in finding.message
-        assert "runs in 2 of 2 failing and 4 of 4 passing test(s)" in finding.message
-    assert located[2].line in (7, 8, 12, 13) and "changed" not in located[2].message
+        assert "its function has uncommitted edits" in finding.message
+        assert "every failing test runs this added line, and 4 of the 4 passing tests do too" in finding.message
+        assert "Ochiai" not in finding.message  # said in words (issue 37, point 4)
+    assert located[2].line in (7, 8, 12, 13) and "uncommitted" not in located[2].message
+    # the ranking is a fact of the tree, not of the recorded run: without any cache, the same findings
+    afresh = [f for f in settests.run(dataclasses.replace(ctx, cache_dir=tmp_path / "empty")) if "likely" in f.message]
+    assert afresh == located
 
 
 def test_a_declaration_of_code_the_tests_run_is_a_warning_to_remove_it(tmp_path):

@@ -1,4 +1,4 @@
-"""``patchkit bench``: baseline vs DFLASH vs DDTREE in the real server."""
+"""``patchkit bench``: baseline vs DFLASH vs DDTREE in the real server (on one or several attention backends)."""
 
 from __future__ import annotations
 
@@ -72,14 +72,31 @@ def _name_list(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option("--phases", is_flag=True,
               help="Time every speculative round by phase in the server (draft, tree, verify, commit, gap) "
                    "and report the means per level.")
-@click.option("--radix-cache", is_flag=True,
-              help="Keep SGLang's radix cache on (drop --disable-radix-cache from the profile's server arguments): "
-                   "prompts that share a prefix then share its KV.")
+@click.option("--radix-prompts", is_flag=True,
+              help="Also measure generated token-id prompts that share a long prefix, and a chain of prompts each a "
+                   "prefix of the next (the radix cache's shared KV; the prompt set 'radix', written into the logs).")
+@click.option("--backends", callback=_name_list, default=None, metavar="fa3,flashinfer,triton",
+              help="Run every selected variant on each of these attention backends that its kind runs on "
+                   "(as NAME-BACKEND; [bench.backends] in the manifest). A single one: --variants dflash-fa3.")
+@click.option("--start-timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Seconds each server may take to start; a slower one is reported as not started (with its "
+                   "log's last line) and the run goes on with the next variant.")
+@click.option("--long-prompts", callback=_int_list, default=None, metavar="4096,...",
+              help="Also measure a generated set of 8 prompts of N tokens each, in the same servers, "
+                   "every level (several sets: --prompts short,FILE,...).")
+@click.option("--changing-load", is_flag=True,
+              help="Requests arrive and finish at different times (seeded lengths and in-flight targets, "
+                   "--seed): tok/s, the batch sizes the server ran and the rounds' p50/p99 per level.")
+@click.option("--load-requests", type=click.IntRange(min=1), default=None, metavar="N",
+              help="--changing-load: requests per level (default: 4 x the level's concurrency).")
 @click.option("--sampling", is_flag=True, help="Instead of speed: the T=1 distribution test against the baseline.")
-@click.option("--samples", type=click.IntRange(min=1), default=256, show_default=True, help="--sampling: completions.")
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="--sampling: completions per server (default: the fewest with power >= 0.99 against the "
+                   "broken acceptance rule's distortion; docs/sampling-power.md).")
 @click.option("--sample-tokens", type=click.IntRange(min=1), default=4, show_default=True,
               help="--sampling: tokens per completion.")
-@click.option("--seed", type=int, default=0, show_default=True, help="--sampling: first sampling_seed.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="--sampling: first sampling_seed; --changing-load: the schedule's seed.")
 @click.option("--report", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write a markdown report to FILE.")
 @click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -98,7 +115,8 @@ def bench(server: ServerChoice, no_check_outputs: bool, output: Output, **measur
     def core() -> CommandResult:
         # the one options object of the run: every option above is a field of it, by the same name
         options = BenchOptions(**server.fields(*paths.locate(server.set_dir, server.target)),
-                               check_outputs=not no_check_outputs, **measure)
+                               check_outputs=not no_check_outputs, **{**measure,
+                                                                      "long_prompts": measure["long_prompts"] or ()})
         return run_bench(options, SmokeConsole(output.progress))
 
     run_command("bench", output, core)

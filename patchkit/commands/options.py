@@ -104,13 +104,14 @@ class ServerChoice:
     python: str
     logs: Path | None
     extra_args: tuple[str, ...]
+    radix_cache: bool = True
 
     def fields(self, set_dir: Path, target: Path) -> dict[str, Any]:
         """The shared fields of the commands' options objects, with the resolved set and target."""
         return {"set_dir": set_dir, "target": target, "gpus": self.gpus, "model": self.model,
                 "draft_model": self.draft_model, "port": self.port, "prompts": self.prompts,
                 "max_new_tokens": self.max_new_tokens, "timeout_s": self.timeout_s, "python": self.python,
-                "logs": self.logs, "extra_args": self.extra_args}
+                "logs": self.logs, "extra_args": self.extra_args, "radix_cache": self.radix_cache}
 
 
 def server_options(kind: str, tokens: str) -> Callable[[F], F]:
@@ -129,7 +130,8 @@ def server_options(kind: str, tokens: str) -> Callable[[F], F]:
         @click.option("--port", type=int, default=30000, show_default=True,
                       help=f"Server port ({'both servers' if kind == 'smoke' else 'every server'}, in turn).")
         @click.option("--prompts", type=click.Path(path_type=Path), default=None,
-                      help="Prompt file (JSONL); default: the set's smoke prompts.")
+                      help="Prompt file (JSONL); default: the set's smoke prompts."
+                           + (" Several sets: short,FILE,... (short: the set's)." if kind == "bench" else ""))
         @click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help=f"Tokens per {tokens}.")
         @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
                       help="Seconds each server may take to become healthy (default: the set's).")
@@ -137,13 +139,17 @@ def server_options(kind: str, tokens: str) -> Callable[[F], F]:
                       help="Interpreter that runs the server.")
         @click.option("--logs", type=click.Path(path_type=Path, file_okay=False), default=None,
                       help=f"Directory for the server logs (default: $PATCHKIT_HOME/logs/{kind}-<time>).")
+        @click.option("--radix-cache/--no-radix-cache", " /--disable-radix-cache", default=True,
+                      show_default=True,
+                      help="SGLang's radix (prefix) cache in every server: on, SGLang's default, or off "
+                           "(--disable-radix-cache to the servers; a set's profile does not decide it).")
         @functools.wraps(command)
         def wrapper(*args: Any, set_dir: Path | None, target: Path | None, gpus: int, model: Path,
                     draft_model: Path, port: int, prompts: Path | None, max_new_tokens: int | None,
-                    timeout_s: float | None, python: str, logs: Path | None, extra_args: tuple[str, ...],
-                    **kwargs: Any) -> Any:
+                    timeout_s: float | None, python: str, logs: Path | None, radix_cache: bool,
+                    extra_args: tuple[str, ...], **kwargs: Any) -> Any:
             server = ServerChoice(set_dir, target, gpus, model, draft_model, port, prompts, max_new_tokens,
-                                  timeout_s, python, logs, tuple(extra_args))
+                                  timeout_s, python, logs, tuple(extra_args), radix_cache)
             return command(*args, server=server, **kwargs)
 
         return wrapper  # type: ignore[return-value]  # click's decorators keep the signature loose

@@ -25,9 +25,12 @@ from patchkit.results import CommandResult
 @click.option("--strict-coverage", is_flag=True,
               help="An added Python line no set test runs and the manifest does not declare is an error, not a "
               "warning (as [verify.tests] strict_coverage = true; every set test runs).")
+@click.option("--no-cache", "no_cache", is_flag=True,
+              help="Compute every gate's result afresh: read and write no cached result, replay no earlier pass "
+              "(the verdict is the same as with the cache, only slower).")
 @output_options
 def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], junit: Path | None,
-           allow_drift: bool, each_prefix: bool, strict_coverage: bool, output: Output) -> None:
+           allow_drift: bool, each_prefix: bool, strict_coverage: bool, no_cache: bool, output: Output) -> None:
     """Run the verification gates on a patched tree.
 
     First states whether the target is exactly the set applied; then runs every gate (or those named
@@ -46,6 +49,6 @@ def verify(set_dir: Path | None, target: Path | None, gates: tuple[str, ...], ju
             return run_verify(set_dir, target, gates, junit, registry=GATES, on_gate=view,
                               allow_drift=allow_drift, extra={EachPrefix.NAME: EachPrefix(GATES)} if each_prefix
                               else None,
-                              reusable=REUSABLE, overrides=overrides)
+                              reusable=REUSABLE, overrides=overrides, use_cache=not no_cache)
 
     run_command("verify", output, core)

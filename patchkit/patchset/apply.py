@@ -29,7 +29,7 @@ from patchkit.hooks import pause
 from patchkit.patchset import staging, transaction
 from patchkit.patchset.series import PatchSet, load_set, message_with_trailers
 from patchkit.patchset.staging import Conflict, ConflictError, Progress, StagedPatch
-from patchkit.patchset.state import DriftEntry, TargetState, drift_entries, inspect
+from patchkit.patchset.state import DriftEntry, TargetState, exactness, inspect
 from patchkit.results import CommandResult
 
 ApplyState = Literal["applied", "already-applied", "dry-run", "conflict", "drift"]
@@ -53,6 +53,7 @@ class ApplyResult(CommandResult):
     conflict: Conflict | None = None
     drift: tuple[DriftEntry, ...] = ()
     recovered: str | None = None  # what recovery did with an interrupted earlier move, if anything
+    fix: str = ""  # with drift: what makes the tree exact (the commands)
 
     @property
     def exit_code(self) -> int:
@@ -108,6 +109,7 @@ class _Outcome:
         patches: Iterable[PatchCommit] = (),
         conflict: Conflict | None = None,
         drift: tuple[DriftEntry, ...] = (),
+        fix: str = "",
     ) -> ApplyResult:
         return ApplyResult(
             command="apply",
@@ -121,6 +123,7 @@ class _Outcome:
             conflict=conflict,
             drift=drift,
             recovered=self.recovered,
+            fix=fix,
         )
 
 
@@ -168,14 +171,14 @@ def _already_or_drift(repo: Repo, pset: PatchSet, state: TargetState, outcome: _
             f"the target carries patches of {', '.join(sorted(others))}, not {pset.manifest.label}",
             hint=f"reset it to the base ({state.base_commit}) before applying another set",
         )
-    drift = drift_entries(repo, pset, state)
-    if not drift:
+    found = exactness(repo, pset)  # the one definition of "exactly the set", as status and verify read it
+    if found.exact:
         done = [
             PatchCommit(patch=c.patch, subject=repo.run("log", "-1", "--format=%s", c.commit), commit=c.commit)
             for c in state.applied
         ]
         return outcome.make(ok=True, kind="already-applied", head_after=state.head, patches=done)
-    return outcome.make(ok=False, kind="drift", head_after=state.head, drift=tuple(drift))
+    return outcome.make(ok=False, kind="drift", head_after=state.head, drift=found.drift, fix=found.fix())
 
 
 def build_commits(

@@ -95,7 +95,8 @@ class PortResult(CommandResult):
 
 @dataclass(frozen=True, kw_only=True)
 class Tools:
-    """What the CLI hands the core: the dispatch gate's module (None: no scan) and the markdown renderer."""
+    """What the CLI hands the core: the dispatch gate's module (None: no scan; its ``scan_context`` builds
+    the contexts its ``collect_sites`` scans, so the engine imports nothing of verify) and the markdown renderer."""
 
     dispatch: ModuleType | None = None
     markdown: Markdown | None = None
@@ -496,14 +497,12 @@ class _Port:
             self.state.dispatch = json.loads(cached.read_text(encoding="utf-8"))
             self.timings["dispatch scan"] = 0.0
             return
-        from patchkit.verify.api import VerifyContext
-
         man = self.pset.manifest
         roots = [drift.tree_of_commit(self.repo, base["commit"], Path(base["path"]), self.work.path / f"scan-{name}")
                  for name, base in (("old", self.state.old_base), ("new", self.state.new_base))]
         self.say("scanning the dispatch sites of both bases")
         bases = (self.state.old_base["commit"], self.state.new_base["commit"])
-        contexts = [VerifyContext.for_tree(root, self.src, man, commit)
+        contexts = [self.tools.dispatch.scan_context(root, self.src, man, commit)
                     for root, commit in zip(roots, bases, strict=True)]
         self.scan_started = time.perf_counter()
         self.scan = drift.SiteScan(self.tools.dispatch, contexts, workers=SCAN_WORKERS)

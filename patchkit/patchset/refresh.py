@@ -12,12 +12,20 @@ failed apply) or one that lacks some of the set's patches is refused (exit 2) un
 set reproduces HEAD's tree exactly); then patches, series and manifest are written as one
 transaction (:func:`patchkit.patchset.transaction.write_files`), and the result names every file
 written, or says that nothing changed.
+
+The target's commits are then recorded as ``apply`` makes them from the refreshed set (the trailers
+naming each patch, the patch's author and date, the same trees): without that, a commit you added
+would carry no ``Patchkit-Patch`` trailer, ``status`` would call it "your commit on top of the set"
+beside a "missing" patch, and the next refresh could not keep its file name. The branch moves to
+those commits in one step (:meth:`patchkit.patchset.transaction.Transaction.move`) before the set
+is written; the work tree and index do not change, since every tree is the same.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,10 +35,12 @@ from typing import Any, Literal
 from unidiff.patch import PatchSet as UnidiffPatchSet
 
 from patchkit import manifest as manifest_mod
+from patchkit import paths
 from patchkit.errors import EXIT_FAILED, EXIT_OK, BadInput, Internal
 from patchkit.git import Repo, identity_env, open_repo
 from patchkit.patchset import base as base_mod
 from patchkit.patchset import state, transaction
+from patchkit.patchset.apply import PatchCommit, build_commits
 from patchkit.patchset.lock import compute_lock, manifest_with_lock
 from patchkit.patchset.series import (
     SERIES_NAME,
@@ -41,7 +51,7 @@ from patchkit.patchset.series import (
     read_series,
     split_trailers,
 )
-from patchkit.patchset.staging import Progress, stage_series
+from patchkit.patchset.staging import Progress
 from patchkit.results import CommandResult
 
 #: format-patch options: stable output (no commit ids, no version signature, full blob ids).
@@ -85,6 +95,8 @@ class RefreshResult(CommandResult):
     state: RefreshState = "unchanged"
     files_written: tuple[str, ...] = ()  # set files whose bytes changed (patches, series, manifest.toml)
     files_removed: tuple[str, ...] = ()  # patch files deleted (with --allow-remove)
+    head_before: str = ""  # the target's HEAD before the refresh
+    head_after: str = ""  # ... and after: the commits apply makes from the refreshed set (same trees)
     recovered: str | None = None  # what recovery did with an interrupted earlier write or apply
 
     @property
@@ -138,13 +150,18 @@ def _refresh(
     changes = [_compare(old.get(name), name, text) for name, text in new] + [
         PatchChange(patch=name, status="removed") for name in old if name not in dict(new)
     ]
-    _refuse_removal(repo, man.label, base, commits, changes, allow_remove)
+    _refuse_removal(repo, set_dir, man.label, base, commits, changes, allow_remove)
     def result(**outcome: Any) -> RefreshResult:
         return RefreshResult(command="refresh", set=man.label, target=str(repo.path), changes=tuple(changes), **outcome)
 
+    head = repo.run("rev-parse", "HEAD")
     if any(c.context_changed for c in changes) and not accept_context:
-        return result(ok=False, written=False, state="blocked")
-    contents = _new_contents(txn.staging, set_dir, base, old, new, progress)
+        return result(ok=False, written=False, state="blocked", head_before=head, head_after=head)
+    contents, recorded = _new_contents(txn.staging, set_dir, base, old, new, progress)
+    new_head = recorded[-1].commit if recorded else base
+    assert new_head is not None
+    if new_head != head:  # same trees, commits as apply records them: status then finds the set exactly
+        txn.move(ref=repo.head_ref(), old=head, new=new_head, label=man.label)
     names = transaction.write_files(set_dir, contents, command="refresh")
     return result(
         ok=True,
@@ -152,29 +169,33 @@ def _refresh(
         state="written" if names else "unchanged",
         files_written=tuple(n for n in names if contents[n] is not None),
         files_removed=tuple(n for n in names if contents[n] is None),
+        head_before=head,
+        head_after=new_head,
     )
 
 
 def _refuse_removal(
-    repo: Repo, label: str, base: str, commits: list[str], changes: list[PatchChange], allow_remove: bool
+    repo: Repo, set_dir: Path, label: str, base: str, commits: list[str], changes: list[PatchChange],
+    allow_remove: bool,
 ) -> None:
     """Removing patches is never implicit: exit 2 unless --allow-remove."""
     removed = [c.patch for c in changes if c.status == "removed"]
     if not removed or allow_remove:
         return
     shown = ", ".join(removed[:5]) + (" ..." if len(removed) > 5 else "")
+    where = f"--set {shlex.quote(paths.set_argument(set_dir))} --target {shlex.quote(str(repo.path))}"
     if not commits:
         raise BadInput(
             f"{repo.path} has no commits after the base ({base[:12]}): refresh would remove all "
             f"{len(removed)} patches of {label} ({shown}); nothing was written",
-            hint=f"refresh reads the commits of a patched tree: run `patchkit apply --target {repo.path}` first "
-            "(or `patchkit status` if an apply failed); to empty the set on purpose, pass --allow-remove",
+            hint=f"refresh reads the commits of a patched tree: run `patchkit apply {where}` first "
+            f"(or `patchkit status {where}` if an apply failed); to empty the set on purpose, pass --allow-remove",
         )
     raise BadInput(
         f"refresh would remove {len(removed)} patch(es) of {label} whose commits are not in {repo.path}: {shown}; "
         "nothing was written",
         hint="if you dropped those commits on purpose, re-run with --allow-remove; otherwise check the target "
-        "with `patchkit status`",
+        f"with `patchkit status {where}`",
     )
 
 
@@ -229,14 +250,15 @@ def set_contents(repo: Repo, set_dir: Path, base: str, commits: list[str],
     refresh writes. ``patchkit port`` writes its new set with it too, so both write patches one way."""
     man = manifest_mod.load(set_dir, with_lock=False)
     old = {p.name: p for p in (parse_patch(set_dir / e.name) for e in read_series(set_dir))}
-    return _new_contents(repo, set_dir, base, old, render_patches(repo, commits, man.label), progress)
+    return _new_contents(repo, set_dir, base, old, render_patches(repo, commits, man.label), progress)[0]
 
 
 def _new_contents(
     repo: Repo, set_dir: Path, base: str, old: Mapping[str, Patch], new: list[tuple[str, bytes]],
     progress: Progress | None,
-) -> dict[str, bytes | None]:
-    """Every file of the refreshed set (None: delete), computed and checked before anything is written."""
+) -> tuple[dict[str, bytes | None], list[PatchCommit]]:
+    """Every file of the refreshed set (None: delete), computed and checked before anything is written,
+    and the commits ``apply`` makes from it on ``base`` (in ``repo``'s object store)."""
     contents: dict[str, bytes | None] = dict(new)
     contents |= {name: None for name in old if name not in contents}
     series = set_dir / SERIES_NAME
@@ -244,10 +266,10 @@ def _new_contents(
     contents[SERIES_NAME] = _series_text(old_series, list(old), [name for name, _ in new]).encode("utf-8")
     patches = tuple(parse_patch_bytes(set_dir / name, data) for name, data in new)
     man = manifest_mod.load(set_dir, with_lock=False)
-    pset = PatchSet(manifest=man, patches=patches)
-    _check_round_trip(repo, pset, base)
-    contents[manifest_mod.MANIFEST_NAME] = manifest_with_lock(set_dir, compute_lock(pset, repo, base, progress))
-    return contents
+    lock = compute_lock(PatchSet(manifest=man, patches=patches), repo, base, progress)
+    contents[manifest_mod.MANIFEST_NAME] = manifest_with_lock(set_dir, lock)
+    locked = PatchSet(manifest=dataclasses.replace(man, lock=lock), patches=patches)
+    return contents, _check_round_trip(repo, locked, base)
 
 
 def _series_text(old_text: str, old_names: list[str], names: list[str]) -> str:
@@ -261,13 +283,15 @@ def _series_text(old_text: str, old_names: list[str], names: list[str]) -> str:
     return "\n".join(header + names) + "\n"
 
 
-def _check_round_trip(repo: Repo, pset: PatchSet, base: str) -> None:
-    """The new set must reproduce HEAD's tree exactly; anything else is a patchkit bug."""
-    staged = list(stage_series(repo, base, pset))
-    final = staged[-1].tree if staged else repo.tree_of(base)
+def _check_round_trip(repo: Repo, pset: PatchSet, base: str) -> list[PatchCommit]:
+    """The commits ``apply`` makes from the new set on ``base``; they must reproduce HEAD's tree exactly
+    (anything else is a patchkit bug)."""
+    commits = build_commits(repo, pset, base, dry_run=False, progress=None)
+    final = repo.tree_of(commits[-1].commit or "") if commits else repo.tree_of(base)
     if final != repo.tree_of("HEAD"):
         raise Internal(f"the refreshed set does not reproduce HEAD's tree ({final} != {repo.tree_of('HEAD')}); "
                        "nothing was written")
+    return commits
 
 
 # ---------------------------------------------------------------------- comparing old and new

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from patchkit import manifest as manifest_mod
 from patchkit.errors import BadInput
+from patchkit.references import outside_references
 from patchkit.results import CommandResult
-from patchkit.verify.references import outside_references
 
 SHARED_DIR = "shared"  # where the copy keeps the folders the original named outside itself
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")

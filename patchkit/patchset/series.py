@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit import fsutil
+from patchkit import fsutil, paths
 from patchkit import manifest as manifest_mod
 from patchkit.errors import BadInput, Location
 from patchkit.git import Repo
@@ -198,11 +198,28 @@ def load_set(set_dir: Path, *, check_lock: bool = True) -> PatchSet:
     transaction.recover_files(set_dir, "load")  # an interrupted refresh is finished before anyone reads
     man = manifest_mod.load(set_dir, with_lock=check_lock)
     entries = read_series(set_dir)
+    if not entries:
+        raise empty_series(set_dir)
     patches = tuple(parse_patch(set_dir / e.name) for e in entries)
     pset = PatchSet(manifest=man, patches=patches)
     if check_lock:
         check_integrity(pset)
     return pset
+
+
+def empty_series(set_dir: Path) -> BadInput:
+    """The one refusal of a series that lists no patch (apply, status, lock and verify all load sets here):
+    there is nothing to apply, check or lock, and a 0-patch lock would call any base "exactly the set"."""
+    path = Path(set_dir) / SERIES_NAME
+    lines = len(fsutil.read_utf8(path, "series").splitlines())
+    what = f"its {lines} line(s) are blank or comments" if lines else "the file is empty"
+    return BadInput(
+        f"the series is empty: it lists no patch ({what})",
+        location=Location(str(path), max(lines, 1)),
+        hint=f"list the set's patch files in it, one per line; or commit your changes on a base tree and run "
+        f"`patchkit refresh --set {paths.set_argument(Path(set_dir))} --target TREE`, which writes series, patches "
+        "and lock",
+    )
 
 
 def _relock_hint(set_dir: Path) -> str:
@@ -218,9 +235,7 @@ def check_integrity(pset: PatchSet) -> None:
     locked = [p.file for p in man.lock.patches]
     listed = [p.name for p in pset.patches]
     if locked != listed:
-        raise BadInput(
-            f"series lists {listed} but the lock lists {locked}", location=Location(str(man.path)), hint=hint
-        )
+        raise BadInput(_series_against_lock(listed, locked), location=Location(str(man.path)), hint=hint)
     for patch, lock_entry in zip(pset.patches, man.lock.patches, strict=True):
         if patch.sha256 != lock_entry.sha256:
             raise BadInput(
@@ -228,3 +243,24 @@ def check_integrity(pset: PatchSet) -> None:
                 location=Location(str(patch.path)),
                 hint=hint,
             )
+
+
+def _names(names: list[str], most: int = 3) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _series_against_lock(listed: list[str], locked: list[str]) -> str:
+    """How series and lock differ, in a line: which names only one of them has, or where the order parts."""
+    parts = [f"series lists {len(listed)} patch(es) but the lock {len(locked)}"] if len(listed) != len(locked) \
+        else [f"series and lock list {len(listed)} patch(es) each"]
+    only_series = [n for n in listed if n not in locked]
+    only_lock = [n for n in locked if n not in listed]
+    if only_series:
+        parts.append(f"not in the lock: {_names(only_series)}")
+    if only_lock:
+        parts.append(f"not in the series: {_names(only_lock)}")
+    if not (only_series or only_lock):
+        place = next(n for n, (a, b) in enumerate(zip(listed, locked, strict=True)) if a != b)
+        parts.append(f"in another order: place {place + 1} is {listed[place]} in the series, "
+                     f"{locked[place]} in the lock")
+    return "; ".join(parts)

@@ -28,10 +28,12 @@ counts as a change: running the set's tests against a tree does not make it drif
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from patchkit import paths
 from patchkit.errors import BadInput
 from patchkit.git import Repo, StatusEntry
 from patchkit.manifest import ABSENT, Manifest, PypiBase
@@ -257,6 +259,7 @@ class Exactness:
     applied: tuple[AppliedCommit, ...]  # with ``matches`` checked against the set's patches
     missing: tuple[str, ...]  # patches of the series not applied (after the applied prefix)
     drift: tuple[DriftEntry, ...]
+    set_arg: str = ""  # how --set names the set in a hint (its name, or its folder)
 
     @property
     def exact(self) -> bool:
@@ -275,16 +278,31 @@ class Exactness:
         return f"{self.target} is {what} {self.set} applied: {shown}"
 
     def fix(self) -> str:
-        """What to do to make the tree exact (empty when it is)."""
-        target = f"--target {self.target}"
-        return {
-            "applied": "",
-            "base": f"run `patchkit apply {target}`",
-            "partial": f"run `patchkit status {target}`, reset the tree to its base, then `patchkit apply {target}`",
-            "drift": f"commit your changes and run `patchkit refresh` to keep them in the set, or reset the tree "
-            f"to its base ({(self.base_commit or '')[:12]}) and run `patchkit apply {target}`",
-            "not-base": "run `patchkit base fetch` and `patchkit apply`, or pass --target with such a tree",
-        }[self.state]
+        """What to do to make the tree exact (empty when it is): commands with this set and target, each of
+        which ends in an exact tree (none leads back to the state it is given for)."""
+        where = f"--set {shlex.quote(self.set_arg or self.set)} --target {shlex.quote(self.target)}"
+        apply, refresh = f"`patchkit apply {where}`", f"`patchkit refresh {where}`"
+        reset = f"`git -C {shlex.quote(self.target)} reset --hard {(self.base_commit or '')[:12]}`"
+        if self.state == "applied":
+            return ""
+        if self.state == "base":
+            return f"run {apply}"
+        if self.state == "not-base":
+            return (f"run `patchkit base fetch --set {shlex.quote(self.set_arg or self.set)}`, then {apply} on the "
+                    "tree it makes, or pass --target with a tree holding the base")
+        if self.state == "partial":
+            return f"reset the tree to its base ({reset}), then run {apply}"
+        unwatched = [e.path for e in self.drift if e.reason.endswith("git does not compare it")]
+        if unwatched:  # refresh reads commits: a flag that hides an edit must go first
+            return (f"make git compare the flagged files (`git -C {shlex.quote(self.target)} update-index "
+                    f"--no-assume-unchanged --no-skip-worktree -- {shlex.join(unwatched[:5])}`; resolve an unmerged "
+                    f"one), then run `patchkit status {where}` again")
+        if any(e.reason.startswith("uncommitted") for e in self.drift):
+            keep = (f"commit your changes (a new commit, or `git commit --fixup=<commit>` and `git rebase -i "
+                    f"--autosquash` into the patch they belong to), then run {refresh}")
+        else:
+            keep = f"run {refresh} to write your commits into the set"
+        return f"{keep}; or, to drop your changes, {reset} and run {apply}"
 
 
 def exactness(repo: Repo, pset: PatchSet) -> Exactness:
@@ -302,7 +320,9 @@ def exactness(repo: Repo, pset: PatchSet) -> Exactness:
     names = [p.name for p in pset.patches]
     base_ok = state.base_commit is not None
     pristine = not (state.applied or state.foreign or state.dirty)  # the base, unpatched: nothing has drifted
-    drift = tuple(drift_entries(repo, pset, state)) if base_ok and not (pristine and names) else ()
+    drift: tuple[DriftEntry, ...] = ()
+    if base_ok and not (pristine and names):
+        drift = tuple(drift_entries(repo, pset, state) + _unequal_commits(names, applied))
     return Exactness(
         target=str(repo.path),
         set=pset.manifest.label,
@@ -311,7 +331,21 @@ def exactness(repo: Repo, pset: PatchSet) -> Exactness:
         applied=applied,
         missing=tuple(names[len(applied) :]),
         drift=drift,
+        set_arg=paths.set_argument(pset.set_dir),
     )
+
+
+def _unequal_commits(names: list[str], applied: Sequence[AppliedCommit]) -> list[DriftEntry]:
+    """Patch commits that are not the series' patch at their place, or whose change is not their patch's:
+    drift as much as a file's bytes (a trailer-carrying commit can add a file the post-image never names)."""
+    entries = []
+    for place, commit in enumerate(applied):
+        where = f"{commit.commit[:12]} {commit.patch}"
+        if place >= len(names) or names[place] != commit.patch:
+            entries.append(DriftEntry(path=where, reason="not the series' patch here"))
+        elif not commit.matches:
+            entries.append(DriftEntry(path=where, reason="commit differs from its patch"))
+    return entries
 
 
 def _state_name(

@@ -29,6 +29,7 @@ class StatusResult(CommandResult):
     missing: tuple[str, ...]
     drift: tuple[DriftEntry, ...]
     journal: str | None  # what recovery did with an interrupted apply's journal, if any
+    fix: str = ""  # what makes the tree exact (the commands), empty when it is
 
     @property
     def exit_code(self) -> int:
@@ -53,4 +54,5 @@ def status(set_dir: Path, target: Path) -> StatusResult:
         missing=found.missing,
         drift=found.drift,
         journal=recovered,
+        fix=found.fix(),
     )

@@ -40,7 +40,7 @@ def test_series_order_change_is_refused(fx):
     lines[1], lines[2] = lines[2], lines[1]
     series.write_text("\n".join(lines) + "\n")
     code, doc = apply_json(fx)
-    assert code == 2 and "the lock lists" in doc["error"]["message"]
+    assert code == 2 and "in another order" in doc["error"]["message"]
 
 
 def test_edited_post_image_is_refused(fx):

@@ -9,8 +9,9 @@ from tests.patchset import helpers
 ENVELOPE_KEYS = ["patchkit", "command", "ok", "exit_code", "result"]
 ERROR_ENVELOPE_KEYS = ["patchkit", "command", "ok", "exit_code", "error"]
 ERROR_KEYS = ["type", "message", "hint", "file", "line", "log"]
-STATUS_KEYS = ["target", "set", "base_ok", "base_commit", "state", "applied", "missing", "drift", "journal"]
-APPLY_KEYS = ["target", "set", "state", "head_before", "head_after", "patches", "conflict", "drift", "recovered"]
+STATUS_KEYS = ["target", "set", "base_ok", "base_commit", "state", "applied", "missing", "drift", "journal", "fix"]
+APPLY_KEYS = ["target", "set", "state", "head_before", "head_after", "patches", "conflict", "drift", "recovered",
+              "fix"]
 
 
 def status(fx):

@@ -115,11 +115,12 @@ class Projected:
     vs_baseline: float | None
     note: str = ""
     dflash_reference: str | None = None
+    prompt_set: str = ""
 
 
-#: (variant name, kind, budget, concurrency, measured ms per round); an auto tree's budget is its
-#: rounds per budget, and its accept length the rounds' mean of the table's.
-MeasuredRow = tuple[str, str, int | dict[int, int] | None, int, float | None]
+#: (variant name, kind, budget, concurrency, measured ms per round, prompt set); an auto tree's budget
+#: is its rounds per budget, and its accept length the rounds' mean of the table's.
+MeasuredRow = tuple[str, str, int | dict[int, int] | None, int, float | None, str]
 
 
 def _row_accept(table: AcceptanceTable, kind: str, budget: int | dict[int, int] | None) -> tuple[float | None, str]:
@@ -140,30 +141,32 @@ def _row_accept(table: AcceptanceTable, kind: str, budget: int | dict[int, int] 
 
 
 def project(rows: list[MeasuredRow], table: AcceptanceTable) -> tuple[Projected, ...]:
-    """Projected speed per measured row; the speed-ups compare rows of the same concurrency."""
-    speed: dict[tuple[str, int], float] = {}
+    """Projected speed per measured row; the speed-ups compare rows of the same prompt set and concurrency."""
+    Level = tuple[str, int]  # (prompt set, concurrency)
+    speed: dict[tuple[str, Level], float] = {}
     kinds: dict[str, str] = {}
     prepared = []
-    for name, kind, budget, concurrency, ms in rows:
+    for name, kind, budget, concurrency, ms, prompt_set in rows:
         kinds[name] = kind
         accept, note = _row_accept(table, kind, budget)
         tok_s = accept / ms * 1000 if accept is not None and ms else None
         if tok_s is not None:
-            speed[(name, concurrency)] = tok_s
-        prepared.append((name, kind, concurrency, ms, accept, tok_s, note))
+            speed[(name, (prompt_set, concurrency))] = tok_s
+        prepared.append((name, (prompt_set, concurrency), ms, accept, tok_s, note))
     baseline = next((n for n, k in kinds.items() if k == "baseline"), None)
-    # The DFLASH a user runs is the faster of its configurations at that level (overlap on or off).
-    chains: dict[int, str] = {}
-    for (name, concurrency), tok_s in speed.items():
-        held = chains.get(concurrency)
-        if kinds[name] == "chain" and (held is None or tok_s > speed[(held, concurrency)]):
-            chains[concurrency] = name
+    # The DFLASH a user runs is the fastest of its configurations at that level (backend, overlap on or off).
+    chains: dict[Level, str] = {}
+    for (name, level), tok_s in speed.items():
+        held = chains.get(level)
+        if kinds[name] == "chain" and (held is None or tok_s > speed[(held, level)]):
+            chains[level] = name
 
-    def ratio(tok_s: float | None, reference: str | None, concurrency: int) -> float | None:
-        base = speed.get((reference, concurrency)) if reference else None
+    def ratio(tok_s: float | None, reference: str | None, level: Level) -> float | None:
+        base = speed.get((reference, level)) if reference else None
         return tok_s / base if tok_s is not None and base else None
 
-    return tuple(Projected(variant=name, concurrency=c, measured_ms_per_round=ms, accept_length=accept,
-                           projected_tok_s=tok_s, vs_dflash=ratio(tok_s, chains.get(c), c),
-                           vs_baseline=ratio(tok_s, baseline, c), note=note, dflash_reference=chains.get(c))
-                 for name, kind, c, ms, accept, tok_s, note in prepared)
+    return tuple(Projected(variant=name, concurrency=level[1], measured_ms_per_round=ms, accept_length=accept,
+                           projected_tok_s=tok_s, vs_dflash=ratio(tok_s, chains.get(level), level),
+                           vs_baseline=ratio(tok_s, baseline, level), note=note, dflash_reference=chains.get(level),
+                           prompt_set=level[0])
+                 for name, level, ms, accept, tok_s, note in prepared)

@@ -40,6 +40,7 @@ class Job:
     index: int
     prompt: Prompt
     sampling: dict[str, Any] | None = None
+    max_new_tokens: int | None = None  # this request's own length (--changing-load); None: the level's
 
 
 def level_jobs(prompts: Sequence[Prompt], concurrency: int) -> list[Job]:
@@ -49,8 +50,8 @@ def level_jobs(prompts: Sequence[Prompt], concurrency: int) -> list[Job]:
 def run_batch(server: ServerGroup, jobs: Sequence[Job], concurrency: int, max_new_tokens: int,
               timeout_s: float) -> list[Generation]:
     """Run ``jobs`` through ``concurrency`` client threads; the first failed request is raised."""
-    return run_parallel(jobs, concurrency,
-                        lambda job: request(server, job.prompt, max_new_tokens, timeout_s, job.sampling))
+    return run_parallel(jobs, concurrency, lambda job: request(server, job.prompt, job.max_new_tokens or max_new_tokens,
+                                                               timeout_s, job.sampling))
 
 
 def run_parallel(items: Sequence[T], concurrency: int, work: Callable[[T], R]) -> list[R]:

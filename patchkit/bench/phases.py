@@ -15,7 +15,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -47,6 +47,9 @@ class PhaseStats:
     dropped_lines: int = 0  # lines that were not a round record
     round_p50_ms: float = 0.0  # device round, median over the rounds
     round_p99_ms: float = 0.0  # device round, 99th percentile (nearest rank)
+    batch_sizes: dict[int, int] = field(default_factory=dict)  # batch size the server ran -> rounds
+    gpu_p50_ms: dict[str, float] = field(default_factory=dict)  # per phase (COLUMNS), median over the rounds
+    gpu_p99_ms: dict[str, float] = field(default_factory=dict)  # per phase, 99th percentile (nearest rank)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +59,11 @@ class Window:
     concurrency: int
     start: float
     end: float
+    prompt_set: str = ""  # the level's prompt set, when a server measures several
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.prompt_set, self.concurrency
 
 
 def phase_file(logs: Path, variant: str) -> Path:
@@ -100,6 +108,9 @@ def summarize(records: Sequence[dict[str, Any]], dropped: int = 0) -> PhaseStats
     def means(side: str) -> dict[str, float]:
         return {c: mean(float(r[side].get(c, 0.0)) for r in records) for c in COLUMNS}
 
+    def quantiles(q: float) -> dict[str, float]:
+        return {c: quantile([float(r["gpu"].get(c, 0.0)) for r in records], q) for c in COLUMNS}
+
     return PhaseStats(
         rounds=len(records), mean_bs=mean(r["bs"] for r in records),
         gpu_ms=means("gpu"), host_ms=means("host"),
@@ -110,6 +121,7 @@ def summarize(records: Sequence[dict[str, Any]], dropped: int = 0) -> PhaseStats
         dropped_lines=dropped,
         round_p50_ms=quantile([float(r["gpu"].get("round", 0.0)) for r in records], 0.50),
         round_p99_ms=quantile([float(r["gpu"].get("round", 0.0)) for r in records], 0.99),
+        batch_sizes=_counts(r.get("bs") for r in records), gpu_p50_ms=quantiles(0.50), gpu_p99_ms=quantiles(0.99),
     )
 
 
@@ -125,7 +137,7 @@ def _counts(values: Iterable[object]) -> dict[int, int]:
     return dict(sorted(counted.items()))
 
 
-def per_level(path: Path, windows: Sequence[Window]) -> dict[int, PhaseStats | None]:
-    """Each level's phase means from one server's file."""
+def per_level(path: Path, windows: Sequence[Window]) -> dict[tuple[str, int], PhaseStats | None]:
+    """Each level's phase means from one server's file, by (prompt set, concurrency)."""
     records, dropped = read_records(path)
-    return {w.concurrency: summarize(in_window(records, w), dropped) for w in windows}
+    return {w.key: summarize(in_window(records, w), dropped) for w in windows}

@@ -8,6 +8,7 @@ from statistics import mean
 
 from patchkit.bench import measure
 from patchkit.bench.acceptance import Projected
+from patchkit.bench.load import LoadStats
 from patchkit.bench.phases import PhaseStats
 from patchkit.bench.sampling import SamplingCheck
 from patchkit.results import CommandResult
@@ -55,10 +56,17 @@ class LevelRun:
     histogram: measure.Histogram | None
     compared: int = 0
     mismatches: tuple[Mismatch, ...] = ()
-    vs_baseline: Spread | None = None  # aggregate tok/s over the baseline's, repeat by repeat
+    vs_baseline: Spread | None = None  # aggregate tok/s over the (fastest) baseline's, repeat by repeat
     vs_dflash: Spread | None = None  # over the faster DFLASH variant at this level (dflash_reference)
     dflash_reference: str | None = None  # that variant's name
     phases: PhaseStats | None = None  # --phases: mean ms per round by phase
+    prompt_set: str = ""  # the prompt set of this level (a server measures every set at every level)
+    load: LoadStats | None = None  # --changing-load: in flight, rounds p50/p99 (server batch sizes: phases)
+    baseline_reference: str | None = None  # the baseline vs_baseline is over (the fastest, on several backends)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.prompt_set, self.concurrency
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +82,10 @@ class VariantRun:
     failure: str | None = None
     log_tail: str = ""
     levels: tuple[LevelRun, ...] = ()
+    backend: str = ""  # the attention backend its command line asks for ("default": none, SGLang picks)
+    overlap: bool = True  # the overlap scheduler is on (no --disable-overlap-schedule)
+    start_limit_s: float | None = None  # how long its start was allowed to take
+    not_started: str | None = None  # --start-timeout passed first: "did not start within S s; last log line: ..."
 
     @property
     def ok(self) -> bool:
@@ -93,6 +105,30 @@ class TreeGain:
     dflash_accept_length: float
     gain: float
     ok: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fastest:
+    """The DFLASH configuration a user would run at one (prompt set, level): the chain variant with the
+    highest aggregate tok/s there; every ratio of that level is taken against it."""
+
+    prompt_set: str
+    concurrency: int
+    variant: str
+    label: str
+    backend: str
+    overlap: bool
+    aggregate_tok_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptSetInfo:
+    name: str
+    file: Path
+    prompts: int
+    mean_tokens: float | None  # token-id prompts' mean length
+    skipped: tuple[str, ...] = ()
+    generated: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,3 +166,9 @@ class BenchResult(CommandResult):
     plot: Path | None = None
     plot_note: str | None = None
     failures: tuple[str, ...] = field(default_factory=tuple)
+    prompt_sets: tuple[PromptSetInfo, ...] = ()  # every set each server measured (the first is prompt_file)
+    fastest_dflash: tuple[Fastest, ...] = ()  # per (prompt set, level)
+    changing_load: bool = False  # --changing-load: levels are changing-load runs (LevelRun.load)
+    start_timeout_s: float | None = None  # --start-timeout
+    not_started: tuple[str, ...] = ()  # variants that did not start within --start-timeout (not failures)
+    notes: tuple[str, ...] = ()  # what was left out and why (a variant on a backend it does not run on)

@@ -33,16 +33,31 @@ Position 0 comes from the prefill (no speculation); positions 1.. from verify ro
 sample-and-match decides. The stand-in's ``SGLANG_STANDIN_BROKEN_ACCEPT`` keeps the draft's token too
 often there, and the tests check that the log-prob test catches it at positions the token test cannot
 see.
+
+How many samples: by default the smallest count whose token test has power >= 0.99, at the threshold
+of a run whose log-probs are scored (the stricter one), against the distortion the check must catch:
+the set's test-only broken acceptance rule at output position 1 of the tree-friendly test models
+(:mod:`patchkit.bench.power`). Each variant's result carries the power the run had at its own
+threshold, so a run with fewer samples says how likely it was to miss that distortion.
+
+Did the tree take part? A speculative server writes one line per decode round when
+``SGLANG_SPEC_PHASE_TIMING`` names a file (the v2 set's phase timer); a DDTREE round of a worker that counts
+them (``ddtree_tree_usage``) adds ``tree``: requests whose verified tree branched, requests whose accepted path
+left the draft's top-1 chain, the drafted tokens accepted from there on, and all drafted tokens
+accepted. The check sums them over the sampling requests' rounds (:class:`TreeUsage`), so a pass whose
+rounds never left the chain shows as such.
 """
 
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patchkit.bench import measure
+from patchkit.bench import measure, phases, power
 from patchkit.bench.chisquare import ChiSquare, homogeneity
 from patchkit.errors import BadInput
 from patchkit.smoke import client
@@ -56,7 +71,11 @@ if TYPE_CHECKING:
     from patchkit.smoke.launch import Status
 
 ALPHA = 1e-3
-MIN_SAMPLES = 64  # below this the pooled test has almost no categories and no power
+MIN_SAMPLES = power.MIN_SAMPLES  # below this the pooled test has almost no categories and no power
+#: The distortion the sample count is chosen for, and the power each run reports against.
+DISTORTION = power.BROKEN_RULE
+#: The order of the counts in a DDTREE round's ``tree`` field (the worker's TREE_USAGE_FIELDS).
+TREE_FIELDS = ("branched", "off_chain", "off_chain_tokens", "accepted_tokens")
 LOGPROB_BINS = 8  # equal-frequency bins of the pooled log-probs per position (fewer where ties merge them)
 
 Outputs = list[tuple[int, ...]]
@@ -80,6 +99,23 @@ class PositionTest:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TreeUsage:
+    """A DDTREE server's decode rounds during the sampling requests, from its phase timing lines."""
+
+    rounds: int  # decode rounds (each verifies a batch)
+    request_rounds: int  # rounds x their batch sizes: one per request per round
+    branched: int  # request-rounds whose verified tree branched (not a chain)
+    off_chain: int  # request-rounds whose accepted path left the draft's top-1 chain
+    off_chain_tokens: int  # drafted tokens accepted from that node on (a chain would not have)
+    accepted_tokens: int  # drafted tokens accepted in all rounds
+
+    @property
+    def exercised(self) -> bool:
+        """A round accepted a token through the tree that a chain could not have."""
+        return self.off_chain_tokens > 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class VariantSampling:
     variant: str
     label: str
@@ -89,6 +125,9 @@ class VariantSampling:
     ok: bool
     tests: int = 0  # p-values compared with the threshold: tokens per position, plus log-probs when scored
     logprob_note: str | None = None  # why the log-prob test was not run; None when it was
+    power: float | None = None  # the token test's power against DISTORTION at this threshold and sample count
+    tree: TreeUsage | None = None  # what of the server's rounds went through a tree; None: not counted
+    tree_note: str | None = None  # why the tree use was not counted; None when it was
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,10 +141,18 @@ class SamplingCheck:
     variants: tuple[VariantSampling, ...]
     failures: tuple[str, ...]
     logprob_bins: int = LOGPROB_BINS
+    distortion: str = DISTORTION.name  # what each variant's power is against (patchkit.bench.power)
+    target_power: float = power.TARGET_POWER  # the default sample count's aim against it
 
     @property
     def ok(self) -> bool:
         return not self.failures
+
+
+def default_samples(tokens: int) -> int:
+    """The smallest sample count with power >= TARGET_POWER against DISTORTION at the threshold of a run
+    that scores log-probs (2 tests per position: the stricter threshold)."""
+    return power.samples_for_power(DISTORTION, ALPHA / (2 * tokens))
 
 
 def check_options(samples: int, tokens: int, specs: Sequence[VariantSpec]) -> None:
@@ -116,6 +163,16 @@ def check_options(samples: int, tokens: int, specs: Sequence[VariantSpec]) -> No
     kinds = {s.kind for s in specs}
     if "baseline" not in kinds or kinds == {"baseline"}:
         raise BadInput("--sampling compares a speculative variant with the baseline: select both with --variants")
+
+
+def tree_usage(records: Sequence[dict[str, Any]]) -> TreeUsage | None:
+    """The sum of the rounds' ``tree`` counts; None when no round carries them."""
+    counted = [r for r in records if isinstance(r.get("tree"), list) and len(r["tree"]) == len(TREE_FIELDS)]
+    if not counted:
+        return None
+    sums = [sum(int(r["tree"][i]) for r in counted) for i in range(len(TREE_FIELDS))]
+    return TreeUsage(rounds=len(counted), request_rounds=sum(int(r["bs"]) for r in counted),
+                     **dict(zip(TREE_FIELDS, sums, strict=True)))
 
 
 def sampling_params(seed: int) -> dict[str, Any]:
@@ -129,6 +186,7 @@ class _Collected:
     outputs: Outputs
     scores: dict[str, Scores]
     score_note: str | None = None
+    rounds: phases.Window | None = None  # the wall-clock span of the sampling requests (speculative servers)
 
 
 def score_all(server: ServerGroup, prompt: Prompt, samples: dict[str, Outputs], concurrency: int,
@@ -154,11 +212,20 @@ def _collect(variant: Variant, launch: Launch, prompt: Prompt, samples: int, tok
     """Sample on ``variant``'s server; with ``to_score`` (the baseline), then score those samples and its own."""
     jobs = [measure.Job(index=i, prompt=prompt, sampling=sampling_params(seed + i)) for i in range(samples)]
     collected = _Collected(outputs=[], scores={})
+    timed = variant.spec.kind == "tree"
+    env = {phases.PHASE_TIMING_ENV: str(round_file(launch, variant).resolve())} if timed else {}
+    if timed:
+        round_file(launch, variant).unlink(missing_ok=True)
 
     def work(server: ServerGroup, status: Status) -> None:
         status.update(f"{variant.name}: {samples} samples of {tokens} tokens at T=1")
+        start = time.time()
         generations: list[Generation] = measure.run_batch(server, jobs, concurrency, tokens, launch.request_timeout_s)
         collected.outputs.extend(g.output_ids for g in generations)
+        if timed:
+            collected.rounds = phases.Window(concurrency=concurrency, start=start, end=time.time())
+            status.update(f"{variant.name}: writing the round records")
+            _flush_rounds(server, prompt, launch.request_timeout_s)
         if to_score is not None:
             everyone = {**to_score, variant.name: collected.outputs}
             status.update(f"{variant.name}: scoring {samples * len(everyone)} samples (log-probs of the drawn tokens)")
@@ -166,8 +233,36 @@ def _collect(variant: Variant, launch: Launch, prompt: Prompt, samples: int, tok
                                                                launch.request_timeout_s)
 
     served = serve(f"{variant.name}-sampling", server_argv(launch, variant.args(), variant.spec.uses_draft), launch,
-                   ui, work)
+                   ui, work, extra_env=env)
     return served, collected
+
+
+def round_file(launch: Launch, variant: Variant) -> Path:
+    """Where a speculative server writes its rounds (``SGLANG_SPEC_PHASE_TIMING``) during the check."""
+    return phases.phase_file(launch.logs, f"{variant.name}-sampling")
+
+
+def _flush_rounds(server: ServerGroup, prompt: Prompt, timeout_s: float) -> None:
+    """The server writes the rounds it has read back at its first round after an idle spell: wait, then
+    one short request (outside the sampling window), so the last sampling rounds reach the file."""
+    time.sleep(phases.IDLE_FLUSH_S)
+    measure.run_batch(server, [measure.Job(index=0, prompt=prompt)], 1, phases.PROBE_TOKENS, timeout_s)
+
+
+def counted_rounds(launch: Launch, variant: Variant,
+                   window: phases.Window | None) -> tuple[TreeUsage | None, str | None]:
+    """The variant's tree use over the sampling window, or None and why it is not known."""
+    if window is None:
+        return None, "the server's rounds were not timed"
+    records, _ = phases.read_records(round_file(launch, variant))
+    inside = phases.in_window(records, window)
+    if not inside:
+        return None, ("the server wrote no round records (SGLANG_SPEC_PHASE_TIMING: a v2 set from "
+                      "ddtree@2.2.0 writes them)")
+    usage = tree_usage(inside)
+    if usage is None:
+        return None, "the server's rounds carry no tree counts (its DDTREE worker predates ddtree_tree_usage)"
+    return usage, None
 
 
 def logprob_bins(pooled: Sequence[float], bins: int = LOGPROB_BINS) -> tuple[float, ...]:
@@ -222,8 +317,9 @@ def failure_line(label: str, positions: Sequence[PositionTest], threshold: float
     return f"{label}: " + "; ".join(clauses)
 
 
-def _evaluate(variant: Variant, outputs: Outputs, reference: _Collected, baseline_name: str,
-              tokens: int) -> VariantSampling:
+def _evaluate(variant: Variant, collected: _Collected, reference: _Collected, baseline_name: str,
+              tokens: int, launch: Launch) -> VariantSampling:
+    outputs = collected.outputs
     scores, own = reference.scores.get(variant.name), reference.scores.get(baseline_name)
     scored = scores is not None and own is not None
     tests = tokens * (2 if scored else 1)
@@ -232,8 +328,12 @@ def _evaluate(variant: Variant, outputs: Outputs, reference: _Collected, baselin
     ok = not any(p.failed_tests(threshold) for p in positions)
     same = sum(a == b for a, b in zip(reference.outputs, outputs, strict=True))
     note = None if scored else reference.score_note or "not scored"
+    tree, tree_note = (counted_rounds(launch, variant, collected.rounds) if variant.spec.kind == "tree"
+                       else (None, "not a tree variant"))
     return VariantSampling(variant=variant.name, label=variant.label, positions=positions, threshold=threshold,
-                           same_as_baseline=same, ok=ok, tests=tests, logprob_note=note)
+                           same_as_baseline=same, ok=ok, tests=tests, logprob_note=note,
+                           power=power.power(DISTORTION, min(len(outputs), len(reference.outputs)), threshold).power,
+                           tree=tree, tree_note=tree_note)
 
 
 def run_sampling(variants: Sequence[Variant], launch: Launch, prompt: Prompt, samples: int, tokens: int, seed: int,
@@ -242,26 +342,26 @@ def run_sampling(variants: Sequence[Variant], launch: Launch, prompt: Prompt, sa
     servers: list[Served] = []
     failures: list[str] = []
     results: list[VariantSampling] = []
-    collected: dict[str, Outputs] = {}
+    collected: dict[str, _Collected] = {}
     speculative = [v for v in variants if v.spec.kind != "baseline"]
     baseline = next(v for v in variants if v.spec.kind == "baseline")
     for variant in speculative:
         served, got = _collect(variant, launch, prompt, samples, tokens, seed, concurrency, ui)
         servers.append(served)
         if served.ok:
-            collected[variant.name] = got.outputs
+            collected[variant.name] = got
         else:
             failures.append(f"{variant.label}: {served.failure or 'processes left alive'}")
     if collected:
         served, reference = _collect(baseline, launch, prompt, samples, tokens, seed, concurrency, ui,
-                                     to_score=collected)
+                                     to_score={name: got.outputs for name, got in collected.items()})
         servers.append(served)
         if not served.ok:
             failures.append(f"{baseline.label}: {served.failure or 'processes left alive'}")
         else:
             for variant in speculative:
                 if variant.name in collected:
-                    result = _evaluate(variant, collected[variant.name], reference, baseline.name, tokens)
+                    result = _evaluate(variant, collected[variant.name], reference, baseline.name, tokens, launch)
                     results.append(result)
                     if not result.ok:
                         failures.append(failure_line(variant.label, result.positions, result.threshold))

@@ -11,13 +11,16 @@
    never load (for example the FA3 library of sglang-kernel when only the triton backend is used),
    its ``RECORD`` updated; the manifest keeps both hashes and the dropped members. ``--exclude DIST``
    leaves a whole distribution out. Both are checked on the host: ``install.sh`` imports the
-   ``--check-import`` modules after installing.
+   ``--check-import`` modules after installing. A profile's ``trim`` rules keep only some CUDA kernels
+   of a library instead of dropping it (:mod:`patchkit.hostprep.kerneltrim`; ``--trimmed-archive``
+   writes the trimmed libraries alone).
 5. **Write** ``wheels/``, ``requirements.lock`` (pins with ``--hash``), ``bundle.json`` (the manifest)
    and ``install.sh``: the one command for the host, ``sh install.sh [PYTHON] [SITE]``, which installs
    with ``--no-index --no-deps --require-hashes --target SITE``, runs the import checks and prints the
    ``export PYTHONPATH=SITE`` line. ``--target`` leaves the host's own packages untouched: a pinned
    version the bundle carries (transformers 5.6.0 on a host with 5.17.0) shadows the host's through
-   ``PYTHONPATH`` instead of replacing it for everything else on the host.
+   ``PYTHONPATH`` instead of replacing it for everything else on the host. ``--split-mib N`` also
+   writes the bundle as parts of at most N MiB that install together (:mod:`patchkit.hostprep.parts`).
 
 With ``--profile NAME`` the requirements come from the patch set's manifest instead of sglang's full
 ``Requires-Dist`` (``[bundle.profiles.NAME]``: ``requirements``, ``slim``, ``check_imports``): each
@@ -46,7 +49,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from patchkit import manifest as manifest_mod
 from patchkit import proc
 from patchkit.errors import BadInput, Failed, Location, location
+from patchkit.hostprep.cudatrim import TrimRecord
+from patchkit.hostprep.kerneltrim import TrimRule, rewrite_wheel, trim_members, write_archive
+from patchkit.hostprep.parts import Parts, split_bundle
 from patchkit.results import CommandResult
 
 DEFAULT_REQUIREMENT = "sglang==0.5.12"
@@ -181,6 +187,7 @@ class Wheel:
     original_size: int | None = None
     dropped_members: tuple[DroppedMember, ...] = ()
     unmatched_globs: tuple[str, ...] = ()  # slim globs that matched nothing: a sign of a changed wheel
+    trimmed_members: tuple[TrimRecord, ...] = ()  # libraries whose other CUDA kernels were zeroed
 
 
 @dataclass(frozen=True)
@@ -191,6 +198,7 @@ class Profile:
     requirements: tuple[str, ...]
     slim: dict[str, tuple[SlimRule, ...]]
     check_imports: tuple[str, ...]
+    trim: dict[str, tuple[TrimRule, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -217,6 +225,7 @@ class BundleResult(CommandResult):
     profile: str | None = None
     shadowed_host_packages: tuple[str, ...] = ()  # host versions that fail a pin: the bundle's wins
     source_tree: SourceTree | None = None
+    parts: Parts | None = None  # --split-mib: the bundle as parts of bounded size (OUT/parts/)
 
 
 def _index_args(index_url: str | None, find_links: tuple[Path, ...], no_index: bool) -> list[str]:
@@ -314,19 +323,27 @@ def _first_rule(name: str, rules: tuple[SlimRule, ...]) -> SlimRule | None:
     return next((rule for rule in rules if fnmatch.fnmatch(name, rule.glob)), None)
 
 
+def _slim_selection(members: list[zipfile.ZipInfo], rules: tuple[SlimRule, ...], exempt: frozenset[str] = frozenset()
+                    ) -> tuple[list[DroppedMember], tuple[str, ...]]:
+    """The members ``rules`` drop (never ``.dist-info/`` ones, nor ``exempt``: trimmed members) and the
+    globs that matched nothing (a glob matching only an exempt member counts as matched)."""
+    dropped, used = [], set()
+    for member in members:
+        rule = None if ".dist-info/" in member.filename else _first_rule(member.filename, rules)
+        if rule:
+            used.add(rule.glob)
+            if member.filename not in exempt:
+                dropped.append(DroppedMember(member.filename, member.file_size, rule.reason))
+    return dropped, tuple(rule.glob for rule in rules if rule.glob not in used)
+
+
 def slim_wheel(path: Path, rules: tuple[SlimRule, ...]) -> tuple[tuple[DroppedMember, ...], tuple[str, ...]]:
     """Rewrite the wheel without members matching ``rules``, RECORD without their rows (the other rows'
     hashes stay valid: their bytes are copied unchanged), so pip installs it. Returns the dropped
     members and the globs that matched nothing. ``.dist-info/`` members are never dropped."""
     with zipfile.ZipFile(path) as source:
         members = source.infolist()
-        dropped, used = [], set()
-        for member in members:
-            rule = None if ".dist-info/" in member.filename else _first_rule(member.filename, rules)
-            if rule:
-                dropped.append(DroppedMember(member.filename, member.file_size, rule.reason))
-                used.add(rule.glob)
-        unmatched = tuple(rule.glob for rule in rules if rule.glob not in used)
+        dropped, unmatched = _slim_selection(members, rules)
         if not dropped:
             return (), unmatched
         gone = {d.path for d in dropped}
@@ -341,6 +358,21 @@ def slim_wheel(path: Path, rules: tuple[SlimRule, ...]) -> tuple[tuple[DroppedMe
             out.writestr(record_name, _filtered_record(source.read(record_name).decode(), gone))
     rewritten.replace(path)
     return tuple(dropped), unmatched
+
+
+def slim_and_trim_wheel(path: Path, sha256: str, slim: tuple[SlimRule, ...], trim: tuple[TrimRule, ...]
+                        ) -> tuple[tuple[DroppedMember, ...], tuple[str, ...], tuple[TrimRecord, ...]]:
+    """:func:`slim_wheel` and the trim rules in one rewrite: trimmed members replaced (and their records
+    added), slimmed ones dropped; returns what slim_wheel does and the trim records."""
+    if not trim:
+        return (*slim_wheel(path, slim), ())
+    with zipfile.ZipFile(path) as source:
+        dropped, unmatched = _slim_selection(source.infolist(), slim, frozenset(rule.member for rule in trim))
+    gone = {d.path for d in dropped}
+    with tempfile.TemporaryDirectory(prefix="patchkit-trim-", dir=path.parent) as work:
+        trimmed = trim_members(path, sha256, trim, Path(work))
+        rewrite_wheel(path, trimmed, keep_member=lambda name: name not in gone)
+    return tuple(dropped), unmatched, tuple(record for *_, record in trimmed)
 
 
 def _filtered_record(record: str, dropped: set[str]) -> str:
@@ -361,8 +393,8 @@ def parse_drop_rules(rules: tuple[str, ...]) -> dict[str, tuple[SlimRule, ...]]:
     return {dist: tuple(globs) for dist, globs in by_dist.items()}
 
 
-def _merge_rules(*sources: dict[str, tuple[SlimRule, ...]]) -> dict[str, tuple[SlimRule, ...]]:
-    merged: dict[str, tuple[SlimRule, ...]] = {}
+def _merge_rules(*sources: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
+    merged: dict[str, tuple[Any, ...]] = {}
     for source in sources:
         for dist, rules in source.items():
             merged[dist] = merged.get(dist, ()) + rules
@@ -384,8 +416,15 @@ def _requirement(text: str, fail) -> Requirement:
         raise fail(f"not a requirement: {text!r} ({exc})") from None
 
 
-def load_profile(set_manifest: manifest_mod.Manifest, name: str) -> Profile:
-    """``[bundle.profiles.NAME]`` of the set; errors name the manifest's line."""
+PROFILE_KEYS = ("requirements", "check_imports", "slim", "trim", "extends", "reason")
+
+
+def load_profile(set_manifest: manifest_mod.Manifest, name: str, _children: tuple[str, ...] = ()) -> Profile:
+    """``[bundle.profiles.NAME]`` of the set; errors name the manifest's line.
+
+    ``extends = "OTHER"`` starts from OTHER: its requirements and check_imports unless given here, its
+    slim and trim rules followed by these. A member with a trim rule is trimmed, never dropped by a slim
+    glob (``server-fa3`` keeps the FA3 library ``server-triton`` drops)."""
     path = set_manifest.path
     text = manifest_mod.human_part(path.read_text(encoding="utf-8"))
     profiles = set_manifest.section("bundle").get("profiles", {})
@@ -399,18 +438,44 @@ def load_profile(set_manifest: manifest_mod.Manifest, name: str) -> Profile:
     def fail(key: str | None):
         return lambda message: _profile_error(path, text, table, key, f"[{table}] {message}")
 
-    requirements = data.get("requirements") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise fail(None)("a profile must be a table")
+    unknown = sorted(set(data) - set(PROFILE_KEYS))
+    if unknown:
+        raise fail(unknown[0])(f"unknown key {unknown[0]!r} (known: {', '.join(PROFILE_KEYS)})")
+    parent = _parent_profile(set_manifest, name, data.get("extends"), _children, fail("extends"))
+    requirements = data.get("requirements", list(parent.requirements) if parent else None)
     if not isinstance(requirements, list) or not requirements or not all(isinstance(r, str) for r in requirements):
         raise fail("requirements")("requirements must be a non-empty list of strings")
     for item in requirements:
         _requirement(item, fail("requirements"))
-    checks = data.get("check_imports", list(DEFAULT_CHECK_IMPORTS))
+    checks = data.get("check_imports", list(parent.check_imports) if parent else list(DEFAULT_CHECK_IMPORTS))
     if not isinstance(checks, list) or not all(isinstance(c, str) and c for c in checks):
         raise fail("check_imports")("check_imports must be a list of module names")
-    slim_header = f"{table}.slim"  # the slim rules may sit in their own table or inline as slim = {...}
-    slim_fail = (lambda key: lambda message: _profile_error(path, text, slim_header, key, f"[{table}] {message}")) \
-        if manifest_mod.line_of(text, slim_header, None) else lambda key: fail("slim")
-    return Profile(name, tuple(requirements), _slim_table(data.get("slim", {}), slim_fail), tuple(checks))
+    slim = _slim_table(data.get("slim", {}), _sub_fail(path, text, table, "slim", fail))
+    trim = _trim_table(data.get("trim", {}), _sub_fail(path, text, table, "trim", fail))
+    if parent:
+        slim, trim = _merge_rules(parent.slim, slim), _merge_rules(parent.trim, trim)
+    return Profile(name, tuple(requirements), slim, tuple(checks), trim)
+
+
+def _sub_fail(path: Path, text: str, table: str, key: str, fail):
+    """Errors of ``slim`` / ``trim``: they may sit in their own table ([T.slim]) or inline (slim = {...})."""
+    header = f"{table}.{key}"
+    if manifest_mod.line_of(text, header, None):
+        return lambda dist: lambda message: _profile_error(path, text, header, dist, f"[{table}] {message}")
+    return lambda dist: fail(key)
+
+
+def _parent_profile(set_manifest: manifest_mod.Manifest, name: str, extends: Any, children: tuple[str, ...],
+                    fail) -> Profile | None:
+    if extends is None:
+        return None
+    if not isinstance(extends, str) or not extends:
+        raise fail("extends must name another profile")
+    if extends == name or extends in children:
+        raise fail(f"extends {extends!r} makes a cycle ({' -> '.join((*children, name, extends))})")
+    return load_profile(set_manifest, extends, (*children, name))
 
 
 def _slim_table(slim: Any, fail) -> dict[str, tuple[SlimRule, ...]]:
@@ -425,6 +490,40 @@ def _slim_table(slim: Any, fail) -> dict[str, tuple[SlimRule, ...]]:
         if not ok:
             raise fail(dist)(f"slim {dist!r}: every entry must be {{ glob = \"...\", reason = \"...\" }}")
         rules[canonical(dist)] = tuple(SlimRule(e["glob"], e["reason"].strip()) for e in entries)
+    return rules
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _trim_table(trim: Any, fail) -> dict[str, tuple[TrimRule, ...]]:
+    """``trim = { DIST = [{ member, archs, keep, reason, wheel_sha256 }, ...] }`` (see kerneltrim)."""
+    if not isinstance(trim, dict):
+        raise fail("trim")("trim must be a table of DIST = [{ member, archs, keep, reason }, ...]")
+    rules: dict[str, tuple[TrimRule, ...]] = {}
+    shape = 'every entry must be { member = "...", archs = [90], keep = "REGEX", reason = "...", wheel_sha256 = "..." }'
+    for dist, entries in trim.items():
+        if not isinstance(entries, list) or not entries:
+            raise fail(dist)(f"trim {dist!r}: {shape}")
+        parsed = []
+        for entry in entries:
+            ok = (isinstance(entry, dict) and set(entry) <= {"member", "archs", "keep", "reason", "wheel_sha256"}
+                  and isinstance(entry.get("member"), str) and entry["member"]
+                  and isinstance(entry.get("archs"), list) and entry["archs"]
+                  and all(isinstance(a, int) and not isinstance(a, bool) and a > 0 for a in entry["archs"])
+                  and isinstance(entry.get("keep"), str) and entry["keep"]
+                  and isinstance(entry.get("reason"), str) and entry["reason"].strip()
+                  and (entry.get("wheel_sha256") is None
+                       or (isinstance(entry["wheel_sha256"], str) and _SHA256.match(entry["wheel_sha256"]))))
+            if not ok:
+                raise fail(dist)(f"trim {dist!r}: {shape} (wheel_sha256 optional: 64 lowercase hex digits)")
+            try:
+                re.compile(entry["keep"])
+            except re.error as exc:
+                raise fail(dist)(f"trim {dist!r}: keep is not a regular expression: {exc}") from None
+            parsed.append(TrimRule(entry["member"], tuple(entry["archs"]), entry["keep"], entry["reason"].strip(),
+                                   entry.get("wheel_sha256")))
+        rules[canonical(dist)] = tuple(parsed)
     return rules
 
 
@@ -592,6 +691,7 @@ class _Plan:
     check_imports: tuple[str, ...]
     source_tree: Path | None
     tree_on_host: bool = False
+    trim: dict[str, tuple[TrimRule, ...]] = field(default_factory=dict)
 
 
 def _plan_profile(profile: Profile, set_manifest: manifest_mod.Manifest, host: HostPackages, target: Target,
@@ -606,14 +706,16 @@ def _plan_profile(profile: Profile, set_manifest: manifest_mod.Manifest, host: H
                            location=Location(str(set_manifest.path)),
                            hint="pass --tree PATCHED_TREE: the bundle then ships its python/ instead of the wheel")
         carry = (*carry, f"{base.package}=={base.version}")
-    return _Plan(carry, True, kept, shadowed, profile.slim, check_imports or profile.check_imports, tree, tree_on_host)
+    return _Plan(carry, True, kept, shadowed, profile.slim, check_imports or profile.check_imports, tree, tree_on_host,
+                 profile.trim)
 
 
 def build_bundle(*, out: Path, requirements: tuple[str, ...], freeze: Path | None, have: tuple[str, ...],
                  target: Target, index_url: str | None = None, find_links: tuple[Path, ...] = (),
                  no_index: bool = False, drop: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
                  check_imports: tuple[str, ...] | None = None, profile: str | None = None,
-                 set_dir: Path | None = None, tree: Path | None = None, tree_on_host: bool = False) -> BundleResult:
+                 set_dir: Path | None = None, tree: Path | None = None, tree_on_host: bool = False,
+                 split_mib: int | None = None) -> BundleResult:
     """Resolve, download, slim, hash and write the bundle; see the module docstring.
 
     Without ``profile``: ``requirements`` with their full dependency closure, host versions held.
@@ -621,6 +723,8 @@ def build_bundle(*, out: Path, requirements: tuple[str, ...], freeze: Path | Non
     """
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"{out} exists and is not empty", hint="choose another --out")
+    if split_mib is not None and split_mib < 1:
+        raise BadInput(f"--split-mib {split_mib}: a part must be at least 1 MiB", hint="e.g. --split-mib 60")
     if tree_on_host and tree is None:
         raise BadInput("--tree-on-host needs --tree (the patched tree the host will have)", hint="add --tree TREE")
     versions = read_freeze(freeze) if freeze else {}
@@ -646,14 +750,15 @@ def build_bundle(*, out: Path, requirements: tuple[str, ...], freeze: Path | Non
     out.mkdir(parents=True, exist_ok=True)
     files = download(wanted, target, index, out / "wheels") if wanted else {}
     rules = _merge_rules(plan.slim, parse_drop_rules(drop))
-    wheels = [_slimmed(files[item.name], item, rules.get(item.name, ())) for item in wanted]
+    wheels = [_slimmed(files[item.name], item, rules.get(item.name, ()), plan.trim.get(item.name, ()))
+              for item in wanted]
     source_tree = _source_for(plan, out)
     command = write_outputs(out, wheels, plan.check_imports, source_tree)
     result = BundleResult("bundle", True, out, target.python_version, target.platforms, plan.requirements,
                           tuple(wheels), skipped, tuple(sorted(excluded)), command, profile, plan.shadowed,
                           source_tree)
     (out / "bundle.json").write_text(json.dumps(result.payload(), indent=2) + "\n")
-    return result
+    return replace(result, parts=split_bundle(out, split_mib)) if split_mib else result
 
 
 def _source_for(plan: _Plan, out: Path) -> SourceTree | None:
@@ -662,8 +767,67 @@ def _source_for(plan: _Plan, out: Path) -> SourceTree | None:
     return host_source_tree(plan.source_tree) if plan.tree_on_host else copy_source_tree(plan.source_tree, out)
 
 
-def _slimmed(path: Path, item: Resolved, rules: tuple[SlimRule, ...]) -> Wheel:
+def _slimmed(path: Path, item: Resolved, rules: tuple[SlimRule, ...], trim: tuple[TrimRule, ...] = ()) -> Wheel:
     original_sha, original_size = sha256_of(path), path.stat().st_size
-    dropped, unmatched = slim_wheel(path, rules)
+    dropped, unmatched, trimmed = slim_and_trim_wheel(path, original_sha, rules, trim)
+    changed = bool(dropped or trimmed)
     return Wheel(f"wheels/{path.name}", item.name, item.version, sha256_of(path), path.stat().st_size, item.url,
-                 original_sha if dropped else None, original_size if dropped else None, dropped, unmatched)
+                 original_sha if changed else None, original_size if changed else None, dropped, unmatched, trimmed)
+
+
+# ---------------------------------------------------------------- --trimmed-archive: the trimmed members alone
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrimmedArchiveResult(CommandResult):
+    archive: Path
+    sha256: str
+    size: int
+    profile: str
+    members: tuple[TrimRecord, ...]  # each names its source wheel and that wheel's sha256
+    unpack_command: str
+
+
+def _pinned_version(profile: Profile, dist: str) -> str:
+    """The exact version the profile pins ``dist`` to (a trim rule reads one build's layout)."""
+    for text in profile.requirements:
+        requirement = Requirement(text)
+        if canonical(requirement.name) == dist:
+            pins = [s.version for s in requirement.specifier if s.operator == "=="]
+            if len(pins) == 1 and "*" not in pins[0]:
+                return pins[0]
+            raise BadInput(f"profile {profile.name}: {text!r} is not pinned with ==, but {dist} has trim rules",
+                           hint="pin the distribution whose library is trimmed to one version")
+    raise BadInput(f"profile {profile.name}: trim rules for {dist}, which its requirements do not list",
+                   hint="add the distribution to the profile's requirements")
+
+
+def build_trimmed_archive(*, archive: Path, profile: str, target: Target, set_dir: Path | None = None,
+                          index_url: str | None = None, find_links: tuple[Path, ...] = (),
+                          no_index: bool = False) -> TrimmedArchiveResult:
+    """Download the profile's pinned wheels that have trim rules, check them against the rules'
+    ``wheel_sha256``, trim their members and write ``archive`` (.tar.xz of the trimmed members and
+    their records, paths as under SITE): for a host whose SITE holds the rest of the profile."""
+    from patchkit.paths import resolve_set
+
+    if not archive.name.endswith(".tar.xz"):
+        raise BadInput(f"--trimmed-archive {archive}: the name must end in .tar.xz", hint="e.g. fa3-sm90-bf16.tar.xz")
+    chosen = load_profile(manifest_mod.load(resolve_set(set_dir), with_lock=False), profile)
+    if not chosen.trim:
+        raise BadInput(f"profile {profile} has no trim rules: nothing for --trimmed-archive",
+                       hint="name a profile with [bundle.profiles.NAME.trim], e.g. server-fa3")
+    wanted = [Resolved(dist, _pinned_version(chosen, dist), None, None) for dist in chosen.trim]
+    index = _index_args(index_url, find_links, no_index)
+    records: list[TrimRecord] = []
+    with tempfile.TemporaryDirectory(prefix="patchkit-trimmed-") as work:
+        files = download(wanted, target, index, Path(work) / "wheels")
+        trimmed = []
+        for dist, wheel in files.items():
+            trimmed += trim_members(wheel, sha256_of(wheel), chosen.trim[dist], Path(work))
+            wheel.unlink()
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        write_archive(archive, trimmed)
+        records = [record for *_, record in trimmed]
+    return TrimmedArchiveResult(command="bundle", ok=True, archive=archive, sha256=sha256_of(archive),
+                                size=archive.stat().st_size, profile=profile, members=tuple(records),
+                                unpack_command=f"tar -xJf {archive.name} -C SITE")

@@ -39,12 +39,7 @@ def _apply(result: ApplyResult, verbosity: int = 0) -> None:
         say(f"DRIFT: {result.target} is not exactly {result.set} applied to its base; nothing was changed")
         for entry in result.drift:
             say(f"  {entry.reason:<28} {entry.path}")
-        if any(entry.reason.startswith("your commit") for entry in result.drift):
-            say("  (your commits are kept as they are: `patchkit refresh` writes them into the set's patches; "
-                "`patchkit status` shows the rest)")
-        else:
-            say("  (commit your edits and run `patchkit refresh` to keep them in the set, or reset the tree to its "
-                "base and re-run `patchkit apply`)")
+        say(f"  to fix: {result.fix}")
         return
     headline = {
         "applied": f"applied {len(result.patches)} patches of {result.set} to {result.target}",
@@ -83,6 +78,7 @@ def _status(result: StatusResult, verbosity: int = 0) -> None:
     say(f"  base: {'ok ' + (result.base_commit or '')[:12] if result.base_ok else 'NOT the pinned base'}")
     if result.state == "base":
         say(f"  not applied: the pinned base, unpatched; `patchkit apply` applies the {len(result.missing)} patches")
+        say(f"  to fix: {result.fix}")
         return
     for commit in result.applied:
         mark = "ok" if commit.matches else "DIFFERS"
@@ -90,7 +86,10 @@ def _status(result: StatusResult, verbosity: int = 0) -> None:
     for name in result.missing:
         say(f"  missing  {name}")
     for entry in result.drift:
-        say(f"  drift    {entry.reason:<28} {entry.path}")
+        if entry.reason != "not applied":  # listed as missing just above
+            say(f"  drift    {entry.reason:<28} {entry.path}")
+    if result.fix:
+        say(f"  to fix: {result.fix}")
 
 
 @human.register
@@ -112,6 +111,9 @@ def _refresh(result: RefreshResult, verbosity: int = 0) -> None:
         wrote = f"wrote {', '.join(result.files_written)}" if result.files_written else ""
         removed = f"removed {', '.join(result.files_removed)}" if result.files_removed else ""
         say(f"refreshed {result.set}: {'; '.join(part for part in (wrote, removed) if part)}")
+    if result.head_before != result.head_after:
+        say(f"  {result.target}: its commits are now the ones `patchkit apply` makes from the set (same files, "
+            f"trailers naming each patch): {result.head_before[:12]} -> {result.head_after[:12]}")
 
 
 @human.register

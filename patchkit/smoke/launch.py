@@ -74,6 +74,17 @@ class Launch:
     logs: Path
 
 
+#: The SGLang flag that turns its radix (prefix) cache off; smoke and bench decide it, not the set's profile.
+RADIX_OFF = "--disable-radix-cache"
+
+
+def radix_server_args(server_args: Sequence[str], radix_cache: bool) -> tuple[str, ...]:
+    """The profile's shared server arguments with SGLang's radix cache on (the default, SGLang's own: the
+    flag that turns it off is dropped, also from a profile that lists it) or off (the flag, once)."""
+    kept = tuple(arg for arg in server_args if arg != RADIX_OFF)
+    return kept if radix_cache else (*kept, RADIX_OFF)
+
+
 def server_argv(launch: Launch, variant_args: Sequence[str], uses_draft: bool) -> tuple[str, ...]:
     """``PY -m sglang.launch_server`` with the shared, then the variant's, then the extra arguments."""
     argv = [launch.python, "-m", SERVER_ENTRY, "--model-path", str(launch.model),
@@ -140,6 +151,7 @@ class Served:
     teardown: Teardown
     failure: str | None = None
     log_tail: str = ""
+    start_timed_out: bool = False  # still starting when launch.startup_timeout_s passed
 
     @property
     def ok(self) -> bool:
@@ -157,13 +169,14 @@ def serve(name: str, argv: Sequence[str], launch: Launch, ui: ServerUI,
           work: Callable[[ServerGroup, Status], None], extra_env: Mapping[str, str] | None = None) -> Served:
     """Launch one server, wait for ``/health``, run ``work(server, status)``, and always tear it down.
 
-    A :class:`ServerFailed` from the start or the work ends the work and is reported in the result;
-    Ctrl-C or SIGTERM tears the server down and raises :class:`Interrupted`.
+    Whatever ends the work (its end, a :class:`ServerFailed` from the start or the work, which is reported
+    in the result, Ctrl-C or SIGTERM, which raise :class:`Interrupted`, any other error, which is raised
+    as it is), the server's whole process tree is gone before this returns or raises.
     """
     server = ServerGroup(name, argv, env={**server_env(launch.target), **(extra_env or {})},
                          log=launch.logs / f"{name}.log",
                          port=launch.port)
-    phase, ready_s, failure = _Phase(), None, None
+    phase, ready_s, failure, escaping = _Phase(), None, None, None
     try:
         with ui.status(f"starting {name} server") as status:
             server.start()
@@ -174,20 +187,34 @@ def serve(name: str, argv: Sequence[str], launch: Launch, ui: ServerUI,
             work(server, status)
     except ServerFailed as error:
         failure = error
-    except KeyboardInterrupt:
-        teardown = _teardown(server, launch, ui, name)
-        raise Interrupted(f"interrupted during {phase.name} of the {name} server; "
-                          f"{teardown_words(teardown)}; logs in {launch.logs}") from None
-    teardown = _teardown(server, launch, ui, name)
+    except BaseException as error:  # Ctrl-C, SIGTERM or a bug: the server goes down before it is raised
+        escaping = error
+    teardown, interrupted = _teardown(server, launch, ui, name)
+    if isinstance(escaping, KeyboardInterrupt) or (interrupted and escaping is None):
+        when = f"during {phase.name} of" if escaping else "while stopping"
+        raise Interrupted(f"interrupted {when} the {name} server; {teardown_words(teardown)}; "
+                          f"logs in {launch.logs}") from None
+    if escaping is not None:
+        raise escaping
     return Served(name=name, argv=tuple(argv), log=server.log, ready_s=ready_s, teardown=teardown,
-                  failure=failure.message if failure else None, log_tail=failure.log_tail if failure else "")
+                  failure=failure.message if failure else None, log_tail=failure.log_tail if failure else "",
+                  start_timed_out=bool(failure and failure.start_timed_out))
 
 
-def _teardown(server: ServerGroup, launch: Launch, ui: ServerUI, name: str) -> Teardown:
-    with ui.status(f"stopping {name} server"):
-        teardown = server.teardown(launch.grace_period_s)
+def _teardown(server: ServerGroup, launch: Launch, ui: ServerUI, name: str) -> tuple[Teardown, bool]:
+    """The teardown and whether Ctrl-C or SIGTERM came meanwhile. ``server.teardown`` holds those signals
+    itself; one that lands before it does (in the status line's set-up) cannot leave the tree running:
+    the teardown is started again."""
+    teardown: Teardown | None = None
+    interrupted = False
+    while teardown is None:
+        try:
+            with ui.status(f"stopping {name} server"):
+                teardown = server.teardown(launch.grace_period_s)
+        except KeyboardInterrupt:
+            interrupted = True
     ui.note(f"{name} server {teardown_words(teardown)}")
-    return teardown
+    return teardown, interrupted or bool(server.interrupted_by)
 
 
 def teardown_words(teardown: Teardown) -> str:

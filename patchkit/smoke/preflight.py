@@ -2,9 +2,11 @@
 
 GPUs are listed with ``nvidia-smi``; where it is missing, with torch in the server's interpreter. In the
 server's interpreter, with the server's environment, :mod:`patchkit.smoke.server_probe` imports what
-the server needs (numpy, torch, ``sglang`` from the target, its entry module and the set's modules)
-and parses every server command line with SGLang's own parser; a failure names the module or the
-argument, and the fix.
+the server needs (numpy, torch, ``sglang`` from the target, its entry module and the set's modules),
+parses every server command line with SGLang's own parser, and checks the kernels of the attention
+backends SGLang resolved for each server (named or SGLang's default: fa3 for DFLASH on Hopper): fa3's
+``sgl_kernel.flash_ops`` (and, for a trimmed library, that it keeps the models' kernels), flashinfer's
+JIT prerequisites. A failure names the module, the argument or the backend, and the fix.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class Check:
     name: str
     ok: bool
     detail: str
+    # "attention backends": the servers (their places in the run) whose backend's kernels do not load
+    servers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -242,6 +246,8 @@ def check_server(python: str, target: Path, manifest: Manifest,
                       f"it from {python} or pass --python with another interpreter")]
     shown = ", ".join(f"{name} {version}" for name, version in report.get("versions", {}).items())
     imported = Check("server imports", True, f"{report['imported']} module(s) import in {python} ({shown})")
+    if failure and failure["kind"] == "backend":
+        return [imported, parsed_ok(report), backend_refusal(python, argvs, failure)]
     if failure and failure["kind"] == "setup":
         return [imported, Check("server args", False, f"SGLang cannot set up a server with these arguments here: "
                                 f"{failure['error']}; the server would stop the same way (check the host, or the "
@@ -249,8 +255,52 @@ def check_server(python: str, target: Path, manifest: Manifest,
     if failure:
         return [imported, Check("server args", False, f"SGLang refuses the server arguments: {failure['error']}; "
                                 "fix that argument (after `--`, or in the set's [smoke] profile)")]
-    return [imported, Check("server args", True, f"SGLang's parser accepts the {report['parsed']} server "
-                            "command line(s)")]
+    return [imported, parsed_ok(report), backends_ok(argvs, report)]
+
+
+def parsed_ok(report: dict[str, Any]) -> Check:
+    return Check("server args", True, f"SGLang's parser accepts the {report['parsed']} server command line(s)")
+
+
+def server_label(number: int, argvs: Sequence[Sequence[str]]) -> str:
+    """"server 2 (DFLASH)": the server's place in the run and its algorithm."""
+    argv = list(argvs[number]) if number < len(argvs) else []
+    algorithm = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--speculative-algorithm"),
+                     next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--speculative-algorithm=")),
+                          "baseline"))
+    return f"server {number + 1} ({algorithm})"
+
+
+def _backend_roles(row: dict[str, Any]) -> str:
+    if row["prefill"] == row["decode"] and row.get("draft") in (None, row["prefill"]):
+        return str(row["prefill"]) + (" (target and draft)" if row.get("draft") else "")
+    parts = [f"{role} {row[role]}" for role in ("prefill", "decode", "draft") if row.get(role)]
+    return ", ".join(parts)
+
+
+#: What to do when a backend's kernels do not load, by backend.
+BACKEND_FIXES = {
+    "fa3": "install FA3 into that interpreter's sgl_kernel (a GPU-host bundle built with --profile server-fa3, or "
+           "ci/gpu/host's fa3-sm90-bf16.tar.xz unpacked over the site), or pass --attention-backend triton",
+    "flashinfer": "fix that on the host, or pass another --attention-backend (e.g. triton)",
+}
+
+
+def backend_refusal(python: str, argvs: Sequence[Sequence[str]], failure: dict[str, Any]) -> Check:
+    servers = ", ".join(server_label(n, argvs) for n in failure.get("servers", []))
+    fix = BACKEND_FIXES.get(str(failure["what"]), "pass another --attention-backend")
+    return Check("attention backends", False, f"{servers or 'a server'} would run the {failure['what']} attention "
+                 f"backend, whose kernels cannot load in {python}: {failure['error']}; {fix}",
+                 servers=tuple(int(n) for n in failure.get("servers", [])))
+
+
+def backends_ok(argvs: Sequence[Sequence[str]], report: dict[str, Any]) -> Check:
+    rows = report.get("backends") or []
+    if not any(row.get("prefill") or row.get("decode") for row in rows):
+        return Check("attention backends", True, "SGLang did not say which backend it picks (not checked)")
+    chosen = "; ".join(f"{server_label(row['server'], argvs)}: {_backend_roles(row)}" for row in rows)
+    checked = "; ".join(f"{name}: {detail}" for name, detail in (report.get("checked") or {}).items())
+    return Check("attention backends", True, f"{chosen}. {checked}")
 
 
 def run_preflight(*, gpus: int, python: str, ports: tuple[int, ...], model: Path, draft_model: Path,

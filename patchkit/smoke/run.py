@@ -24,6 +24,7 @@ from patchkit.smoke.launch import (
     Status,
     default_logs_dir,
     preflight_or_raise,
+    radix_server_args,
     request,
     serve,
     server_arguments,
@@ -54,6 +55,7 @@ class SmokeOptions:
     python: str = sys.executable
     logs: Path | None = None
     extra_args: tuple[str, ...] = ()
+    radix_cache: bool = True  # SGLang's radix cache in both servers (False: --disable-radix-cache)
     preflight_only: bool = False
 
 
@@ -96,7 +98,8 @@ class SmokeResult(CommandResult):
 
 def smoke_launch(opts: SmokeOptions, profile: SmokeProfile, logs: Path) -> Launch:
     return Launch(python=opts.python, model=opts.model, draft_model=opts.draft_model, target=opts.target,
-                  port=opts.port, gpus=opts.gpus, server_args=profile.server_args, extra_args=opts.extra_args,
+                  port=opts.port, gpus=opts.gpus, server_args=radix_server_args(profile.server_args, opts.radix_cache),
+                  extra_args=opts.extra_args,
                   draft_model_flag=profile.draft_model_flag,
                   startup_timeout_s=opts.timeout_s or profile.startup_timeout_s,
                   request_timeout_s=profile.request_timeout_s, grace_period_s=profile.grace_period_s, logs=logs)

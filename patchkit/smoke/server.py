@@ -1,9 +1,12 @@
-"""One SGLang server process group: launch, wait for ``/health``, tear down, prove it is gone.
+"""One SGLang server: launch, wait for ``/health``, tear down its whole process tree, prove it is gone.
 
-The server runs in its own session (``start_new_session``), so it is its own process-group leader and
-Ctrl-C in the terminal reaches only patchkit, which then tears the group down itself. Teardown sends
-SIGTERM to the group, SIGKILL after a grace period, and then checks, through psutil, that no process of
-the group (nor any descendant seen while it ran, in case one left the group) is still alive.
+The server runs in its own session (``start_new_session``), so it leads its own session and process
+group and Ctrl-C in the terminal reaches only patchkit, which then tears the server down itself.
+:class:`patchkit.smoke.tree.ProcessTree` knows every process of it, however one left (its session,
+its group, a pid list read from ``/proc`` while it runs, orphans re-parented to patchkit). Teardown
+holds Ctrl-C and SIGTERM, sends SIGTERM to the tree, waits the grace period (cut short by a second
+signal), then SIGKILLs the tree again and again (a process it spawned meanwhile included) until none
+is left or :data:`KILL_WAIT_S` passed, and reports any survivor by pid.
 """
 
 from __future__ import annotations
@@ -20,20 +23,25 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from patchkit.errors import Failed
+from patchkit.smoke.tree import ProcessTree, set_subreaper
 
 POLL_INTERVAL_S = 0.2
+#: After SIGKILL, how long teardown keeps killing and waiting before it reports survivors (a process in
+#: an uninterruptible GPU driver call can take seconds to go).
+KILL_WAIT_S = 30.0
+#: How often teardown looks at the tree while it waits for it to go.
+TEARDOWN_POLL_S = 0.05
 
 
 class ServerFailed(Failed):
     """The server exited early, never became healthy, or failed a request."""
 
-    def __init__(self, message: str, *, log: Path, log_tail: str):
+    def __init__(self, message: str, *, log: Path, log_tail: str, start_timed_out: bool = False):
         super().__init__(message, hint=f"server log: {log}")
         self.log = log
         self.log_tail = log_tail
+        self.start_timed_out = start_timed_out  # still starting when the start limit passed (not a crash)
 
 
 @dataclass(frozen=True)
@@ -76,29 +84,6 @@ def first_error_line(path: Path) -> str:
     return next((line for line in lines if _ERROR_LINE.search(line)), lines[-1] if lines else "")
 
 
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
-
-
-def group_members(pgid: int) -> list[psutil.Process]:
-    """Live (non-zombie) processes whose process group is ``pgid``."""
-    members = []
-    for proc in psutil.process_iter():
-        if _pgid(proc.pid) == pgid and _alive(proc):
-            members.append(proc)
-    return members
-
-
 class ServerGroup:
     """A server launched in its own process group, with its log file."""
 
@@ -110,7 +95,9 @@ class ServerGroup:
         self.port = port
         self.started_at = 0.0
         self._popen: subprocess.Popen | None = None
-        self._descendants: dict[int, psutil.Process] = {}
+        self.tree: ProcessTree | None = None
+        self._was_subreaper: bool | None = None
+        self.interrupted_by: tuple[int, ...] = ()  # signals that came while teardown held them
 
     @property
     def pid(self) -> int | None:
@@ -127,14 +114,24 @@ class ServerGroup:
             log_file.write(f"$ {' '.join(self.argv)}\n".encode())
             log_file.flush()
             # The only long-running child patchkit starts; proc.run is for run-to-completion commands.
+            started = time.time()
+            self._was_subreaper = set_subreaper(True)  # the server's orphans come to patchkit, not to init
             try:
                 self._popen = subprocess.Popen(  # noqa: S603
                     self.argv, env=self.env, stdout=log_file, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, start_new_session=True,
                 )
             except OSError as error:
+                self._restore_subreaper()
                 raise self.failure(f"could not start {self.argv[0]}: {error}") from error
         self.started_at = time.monotonic()
+        self.tree = ProcessTree(self._popen.pid, started)
+        self.tree.watch()
+
+    def _restore_subreaper(self) -> None:
+        if self._was_subreaper is False:
+            set_subreaper(False)
+        self._was_subreaper = None
 
     def exit_code(self) -> int | None:
         """The exit code if the server process has exited, else None."""
@@ -150,15 +147,13 @@ class ServerGroup:
             return None
 
     def remember_descendants(self) -> None:
-        """Record every descendant so teardown can find one that moved to another group."""
-        if not self._popen:
-            return
-        with contextlib.suppress(psutil.NoSuchProcess):
-            for child in psutil.Process(self._popen.pid).children(recursive=True):
-                self._descendants.setdefault(child.pid, child)
+        """Record the tree now (the watcher does so all along; a request is a moment worth one more look)."""
+        if self.tree:
+            self.tree.scan()
 
-    def failure(self, message: str) -> ServerFailed:
-        return ServerFailed(f"{self.name} server: {message}", log=self.log, log_tail=log_tail(self.log))
+    def failure(self, message: str, start_timed_out: bool = False) -> ServerFailed:
+        return ServerFailed(f"{self.name} server: {message}", log=self.log, log_tail=log_tail(self.log),
+                            start_timed_out=start_timed_out)
 
     def healthy(self) -> bool:
         try:
@@ -182,73 +177,71 @@ class ServerGroup:
             if self.healthy():
                 return time.monotonic() - self.started_at
             if time.monotonic() >= deadline:
-                raise self.failure(f"not ready after {timeout_s:g}s (no 200 from /health)")
+                raise self.failure(f"not ready after {timeout_s:g}s (no 200 from /health)", start_timed_out=True)
             on_tick(_last_line(self.log))
             time.sleep(POLL_INTERVAL_S)
 
-    def _signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._popen.pid, sig)
-        for proc in self._descendants.values():
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                if _alive(proc):
-                    proc.send_signal(sig)
-
-    def _survivors(self) -> list[psutil.Process]:
-        members = {p.pid: p for p in group_members(self._popen.pid)}
-        members.update({pid: p for pid, p in self._descendants.items() if _alive(p)})
-        return list(members.values())
-
-    def _wait_gone(self, deadline: float) -> bool:
-        while time.monotonic() < deadline:
-            self._popen.poll()  # reap our direct child so it does not linger as a zombie
-            if not self._survivors():
-                return True
-            time.sleep(0.05)
-        return not self._survivors()
-
     def teardown(self, grace_s: float) -> Teardown:
-        """SIGTERM the group, SIGKILL after ``grace_s``, then confirm nothing of it is left."""
-        if not self._popen:
+        """Stop the whole tree (module docstring) and say how it went. Ctrl-C and SIGTERM are held from the
+        first line to the last, so no signal can leave a half-killed tree; one that came is in
+        :attr:`interrupted_by` (and cut the grace period short), for the caller to act on after."""
+        with _signals_deferred() as received:
+            try:
+                return self._stop(grace_s, received)
+            finally:
+                if self.tree:
+                    self.tree.stop_watching()
+                self._restore_subreaper()
+                self.interrupted_by = tuple(received)
+
+    def _stop(self, grace_s: float, received: list[int]) -> Teardown:
+        if not self._popen or not self.tree:
             return Teardown(False, False, 0.0, None, ())
-        begun = time.monotonic()
-        self.remember_descendants()
-        if self._popen.poll() is not None and not self._survivors():  # it had exited, and took its group along
+        begun, tree = time.monotonic(), self.tree
+        if self._popen.poll() is not None and not tree.scan():  # it had exited, and took its tree along
             return Teardown(False, False, time.monotonic() - begun, self._popen.poll(), ())
-        with _signals_deferred():
-            self._signal_group(signal.SIGTERM)
-            gone = self._wait_gone(begun + grace_s)
-            if not gone:
-                self._signal_group(signal.SIGKILL)
-                self._wait_gone(time.monotonic() + 5.0)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._popen.wait(timeout=1.0)
-        leftover = tuple(sorted(p.pid for p in self._survivors()))
+        termed: set[int] = set()
+        gone = self._wait_gone(begun + grace_s, lambda: termed.update(tree.signal(signal.SIGTERM, skip=termed)),
+                               hurry=received)
+        if not gone:
+            deadline = time.monotonic() + KILL_WAIT_S
+            self._wait_gone(deadline, lambda: tree.signal(signal.SIGKILL))  # again each poll: a late child too
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout=1.0)
+        leftover = tuple(sorted(p.pid for p in tree.scan()))
         return Teardown(True, not gone, time.monotonic() - begun, self._popen.poll(), leftover)
+
+    def _wait_gone(self, deadline: float, send: Callable[[], object], hurry: list[int] | None = None) -> bool:
+        """Signal the tree's live processes (``send``) and wait until none is left, ``deadline`` passes or
+        (``hurry``) a signal arrives; whether none is left."""
+        assert self._popen is not None and self.tree is not None
+        while True:
+            send()
+            self._popen.poll()  # reap our direct child so it does not linger as a zombie
+            if not self.tree.scan():
+                return True
+            if time.monotonic() >= deadline or hurry:
+                return False
+            time.sleep(TEARDOWN_POLL_S)
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold off Ctrl-C and SIGTERM during teardown so a second Ctrl-C cannot leave a half-killed group.
-
-    The signals that arrive are re-raised (as KeyboardInterrupt) once teardown is done.
-    """
+def _signals_deferred() -> Iterator[list[int]]:
+    """Hold off Ctrl-C and SIGTERM for the block; yields the list of the signals that came meanwhile."""
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     for sig in previous:
         signal.signal(sig, lambda signum, _frame: received.append(signum))
     try:
-        yield
+        yield received
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if received:
-        raise KeyboardInterrupt(f"signal {received[0]} during teardown")
 
 
 def _last_line(path: Path) -> str:

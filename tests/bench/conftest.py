@@ -94,6 +94,24 @@ def server_pids(logs: Path) -> set[int]:
     return pids
 
 
+def kernels_host(root: Path) -> dict[str, str]:
+    """The environment of a host where the fa3 and flashinfer backends can run (what preflight checks for
+    them): sgl_kernel with flash_ops and flash_attn, flashinfer importable, an ``nvcc`` on PATH, a writable
+    JIT cache (the isolated HOME's)."""
+    site, tools = root / "kernels-site", root / "cuda-bin"
+    (site / "flashinfer").mkdir(parents=True, exist_ok=True)
+    (site / "flashinfer" / "__init__.py").write_text("")
+    (site / "sgl_kernel").mkdir(exist_ok=True)
+    (site / "sgl_kernel" / "__init__.py").write_text("")
+    (site / "sgl_kernel" / "flash_ops.py").write_text("LOADED = True\n")
+    (site / "sgl_kernel" / "flash_attn.py").write_text("from sgl_kernel import flash_ops  # noqa: F401\n")
+    tools.mkdir(exist_ok=True)
+    (tools / "nvcc").write_text("#!/bin/sh\necho 'nvcc stand-in'\n")
+    (tools / "nvcc").chmod(0o755)
+    return {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(site)]),
+            "PATH": os.pathsep.join([str(tools), os.environ.get("PATH", "")])}
+
+
 def make_bench_env(root: Path) -> BenchEnv:
     set_dir = root / "set"
     (set_dir / "smoke").mkdir(parents=True)

@@ -12,6 +12,7 @@ import socket
 
 import pytest
 
+from patchkit.bench import power, sampling
 from tests.bench.conftest import server_pids
 from tests.smoke.conftest import REPO_ROOT, alive
 
@@ -120,14 +121,18 @@ def test_json_keys_are_pinned(full):
     assert list(result) == ["schema", "mode", "set_id", "gpus", "preflight", "logs", "prompt_file", "prompts",
                             "skipped_prompts", "max_new_tokens", "budgets", "concurrency", "repeats", "warmup",
                             "outputs_checked", "variants", "mismatches", "expected_tree_gain", "tree_gain",
-                            "projection", "sampling", "phases", "report", "plot", "plot_note", "failures"]
+                            "projection", "sampling", "phases", "report", "plot", "plot_note", "failures",
+                            "prompt_sets", "fastest_dflash", "changing_load", "start_timeout_s", "not_started", "notes"]
     run = result["variants"][1]
     assert list(run) == ["name", "label", "kind", "budget", "argv", "log", "ready_s", "teardown", "failure",
-                         "log_tail", "levels"]
+                         "log_tail", "levels", "backend", "overlap", "start_limit_s", "not_started"]
     level = run["levels"][0]
     assert list(level) == ["concurrency", "requests", "repeats", "per_request_tok_s", "aggregate_tok_s", "ttft_ms",
                            "ms_per_round", "accept_length", "histogram", "compared", "mismatches", "vs_baseline",
-                           "vs_dflash", "dflash_reference", "phases"]
+                           "vs_dflash", "dflash_reference", "phases", "prompt_set", "load", "baseline_reference"]
+    assert list(result["prompt_sets"][0]) == ["name", "file", "prompts", "mean_tokens", "skipped", "generated"]
+    assert list(result["fastest_dflash"][0]) == ["prompt_set", "concurrency", "variant", "label", "backend", "overlap",
+                                                 "aggregate_tok_s"]
     assert list(level["repeats"][0]) == ["requests", "output_tokens", "wall_s", "aggregate_tok_s",
                                          "per_request_tok_s", "ttft_ms", "ms_per_round", "verify_rounds",
                                          "accept_length"]
@@ -135,7 +140,7 @@ def test_json_keys_are_pinned(full):
     assert list(level["per_request_tok_s"]) == ["mean", "min", "max"]
     assert list(result["projection"]["rows"][0]) == ["variant", "concurrency", "measured_ms_per_round",
                                                       "accept_length", "projected_tok_s", "vs_dflash", "vs_baseline",
-                                                      "note", "dflash_reference"]
+                                                      "note", "dflash_reference", "prompt_set"]
 
 
 def test_projection_uses_the_measured_round_cost(full):
@@ -159,7 +164,8 @@ def test_report_and_plot_are_written(full):
     env, _logs, out = full
     report = (env.tmp / "report.md").read_text()
     assert out.doc["result"]["report"] == str(env.tmp / "report.md")
-    assert "| DDTREE B=16 | 4 |" in report and "## Projected with a published acceptance table" in report
+    assert "| DDTREE B=16 | short | 4 |" in report and "## Projected with a published acceptance table" in report
+    assert "## Servers" in report and "## Fastest DFLASH per level (every x DFLASH is against it)" in report
     assert "**measured**" in report and "**projected**" in report and report.rstrip().endswith("bench: PASS")
     pytest.importorskip("matplotlib")
     png = env.tmp / "bench.png"
@@ -195,7 +201,7 @@ def test_a_crashing_variant_fails_and_the_others_still_run(bench_env):
 
 
 def test_sampling_stays_exact_and_a_broken_acceptance_rule_is_caught(bench_env):
-    # 128 samples (the default is 256): half the data, and the broken rule must still be caught.
+    # 128 samples (half the default): the stand-in's broken rule must still be caught.
     args = ("--sampling", "--variants", "baseline,ddtree", "--budgets", "8", "--concurrency", "16", "--samples", "128")
     good = bench_env.run(*args, "--report", str(bench_env.tmp / "sampling.md"), logs=bench_env.tmp / "logs-good")
     assert good.code == 0, good.stdout + good.stderr
@@ -205,11 +211,24 @@ def test_sampling_stays_exact_and_a_broken_acceptance_rule_is_caught(bench_env):
     check = good.doc["result"]["sampling"]
     assert (check["samples"], check["tokens"], check["alpha"], check["logprob_bins"]) == (128, 4, 0.001, 8)
     variant = check["variants"][0]
-    # the JSON keys, pinned: the old ones in their order, the log-prob test's added at the end
+    # the JSON keys, pinned: the old ones in their order, the log-prob test's, the power's and the tree's at the end
     assert list(check) == ["prompt_id", "samples", "tokens", "seed", "alpha", "servers", "variants", "failures",
-                           "logprob_bins"]
+                           "logprob_bins", "distortion", "target_power"]
     assert list(variant) == ["variant", "label", "positions", "threshold", "same_as_baseline", "ok", "tests",
-                             "logprob_note"]
+                             "logprob_note", "power", "tree", "tree_note"]
+    assert (check["distortion"], check["target_power"]) == ("broken-rule-position-1", 0.99)
+    # 128 samples: the power against the broken rule's distortion, at this run's threshold, is said
+    assert variant["power"] == pytest.approx(power.power(power.BROKEN_RULE, 128, 0.001 / 8).power)
+    assert 0.5 < variant["power"] < 0.7
+    assert f"DDTREE B=8: power {variant['power']:.3f} against broken-rule-position-1 at 128 samples" in report
+    # the stand-in's tree rounds, counted over the sampling requests (its DDTREE trees always branch; its
+    # tree gain at B=8 is one token beyond the chain's per round)
+    tree = variant["tree"]
+    assert list(tree) == ["rounds", "request_rounds", "branched", "off_chain", "off_chain_tokens", "accepted_tokens"]
+    assert tree["branched"] == tree["request_rounds"] >= 128 and tree["rounds"] >= 128 // 16
+    assert 0 < tree["off_chain"] <= tree["off_chain_tokens"] <= tree["accepted_tokens"] <= 128 * 3
+    assert variant["tree_note"] is None and "NOT EXERCISED" not in report
+    assert f"DDTREE B=8: tree: {tree['branched']} of {tree['request_rounds']} request-rounds" in report
     assert list(variant["positions"][0]) == ["position", "test", "distinct_baseline", "distinct_variant",
                                              "logprob_test", "logprob_bins"]
     assert list(variant["positions"][0]["logprob_test"]) == ["statistic", "df", "p_value", "categories"]
@@ -241,6 +260,30 @@ def test_sampling_stays_exact_and_a_broken_acceptance_rule_is_caught(bench_env):
     assert "token distribution at position 3" not in failure
     log = (bench_env.tmp / "logs-broken" / "ddtree-b8-sampling.log").read_text()
     assert "--speculative-ddtree-budget 8" in log.splitlines()[0]
+
+
+def test_sampling_takes_the_sample_count_of_the_power_calculation_by_default(bench_env):
+    # No --samples: the fewest samples whose power against the broken rule's distortion reaches 0.99 at the
+    # threshold of a scored run (8 tests at 4 tokens), and the run says the power it had.
+    out = bench_env.run("--sampling", "--variants", "baseline,ddtree", "--budgets", "8", "--concurrency", "16",
+                        as_json=False)
+    assert out.code == 0, out.stdout + out.stderr
+    expected = sampling.default_samples(4)
+    assert expected == power.samples_for_power(power.BROKEN_RULE, 0.001 / 8) and 200 < expected < 300
+    assert f"sampling at T=1: {expected} x 4 tokens" in out.stdout
+    shown = re.search(r"DDTREE B=8: power (\d\.\d+) against broken-rule-position-1 at (\d+) samples", out.stdout)
+    assert shown and int(shown[2]) == expected and float(shown[1]) >= 0.99, out.stdout
+
+
+def test_sampling_says_so_when_the_tree_never_took_a_token_a_chain_would_not(bench_env):
+    # A DDTREE server that accepts no more than the chain: the check passes, and says the tree was not exercised.
+    args = ("--sampling", "--variants", "baseline,ddtree", "--budgets", "8", "--concurrency", "16", "--samples", "64")
+    out = bench_env.run(*args, tree_gain="0")
+    assert out.code == 0, out.stdout + out.stderr
+    tree = out.doc["result"]["sampling"]["variants"][0]["tree"]
+    assert tree["branched"] == tree["request_rounds"] > 0 and tree["off_chain"] == tree["off_chain_tokens"] == 0
+    human = bench_env.run(*args, as_json=False, logs=bench_env.tmp / "logs-human", tree_gain="0")
+    assert "the tree was NOT EXERCISED" in human.stdout, human.stdout
 
 
 def test_sampling_without_scores_falls_back_to_the_token_test(bench_env):

@@ -49,9 +49,19 @@ def test_phases_per_level_in_the_report_and_json(bench_env):
     # The level at concurrency 4 batched requests together; the one at 1 never did.
     assert runs["ddtree-b8"]["levels"][1]["phases"]["mean_bs"] > 1.0
     assert runs["ddtree-b8"]["levels"][0]["phases"]["mean_bs"] == 1.0
+    # p50 and p99 of every phase beside the means, and the batch sizes the server ran (its round records)
+    four = runs["ddtree-b8"]["levels"][1]["phases"]
+    assert set(four["gpu_p50_ms"]) == set(four["gpu_p99_ms"]) == {"draft", "tree", "verify", "commit", "gap", "round"}
+    assert four["gpu_p50_ms"]["round"] == four["round_p50_ms"] and four["gpu_p99_ms"]["round"] == four["round_p99_ms"]
+    assert four["gpu_p50_ms"]["verify"] <= four["gpu_p99_ms"]["verify"]
+    assert sum(four["batch_sizes"].values()) == four["rounds"] and set(map(int, four["batch_sizes"])) <= {1, 2, 3, 4}
+    alone = runs["ddtree-b8"]["levels"][0]["phases"]
+    assert alone["batch_sizes"] == {"1": alone["rounds"]}
     text = report.read_text()
     assert "## Where a round's time goes (--phases)" in text
-    assert "| DDTREE B=8 | 4 |" in text
+    assert "| DDTREE B=8 | short | 4 |" in text and "p50 / p99 of each phase (device ms):" in text
+    p50, p99 = four["gpu_p50_ms"]["verify"], four["gpu_p99_ms"]["verify"]
+    assert f"| {p50:.2f} / {p99:.2f} |" in text
 
 
 def _record(t, bs=1, draft=1.0):
@@ -66,11 +76,11 @@ def test_rounds_are_kept_by_their_level_window_and_torn_lines_counted(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     timed = phases.per_level(path, [phases.Window(concurrency=4, start=11.0, end=12.0),
                                     phases.Window(concurrency=1, start=30.0, end=31.0)])
-    four = timed[4]
+    four = timed[("", 4)]
     assert four is not None and four.rounds == 2 and four.mean_bs == 3.0
     assert four.gpu_ms["draft"] == 3.0 and four.gpu_ms["tree"] == 0.0
     assert four.verify_graph_share == 0.5 and four.widths == {9: 2} and four.dropped_lines == 1
-    assert timed[1] is None
+    assert timed[("", 1)] is None
 
 
 def test_a_line_that_is_not_a_round_names_the_file_and_line(tmp_path):
@@ -99,7 +109,7 @@ def _run(name, kind, speeds):
 def test_ratios_are_against_the_faster_dflash_at_each_level():
     runs = [_run("dflash", "chain", {1: 100.0, 8: 300.0}), _run("dflash-sync", "chain", {1: 120.0, 8: 200.0}),
             _run("ddtree-b16", "tree", {1: 132.0, 8: 330.0})]
-    assert {c: name for c, (name, _) in fastest_chains(runs).items()} == {1: "dflash-sync", 8: "dflash"}
+    assert {c: run.name for (_, c), (run, _) in fastest_chains(runs).items()} == {1: "dflash-sync", 8: "dflash"}
     tree = with_ratios(runs)[2]
     one, eight = tree.levels
     assert (one.dflash_reference, eight.dflash_reference) == ("dflash-sync", "dflash")
@@ -108,9 +118,9 @@ def test_ratios_are_against_the_faster_dflash_at_each_level():
 
 def test_the_projection_takes_the_faster_dflash_per_level_too():
     table = load_acceptance(PAPER)
-    rows = project([("dflash", "chain", None, 1, 6.0), ("dflash-sync", "chain", None, 1, 8.0),
-                    ("dflash", "chain", None, 8, 9.0), ("dflash-sync", "chain", None, 8, 7.0),
-                    ("ddtree-b16", "tree", 16, 1, 6.0), ("ddtree-b16", "tree", 16, 8, 7.0)], table)
+    rows = project([("dflash", "chain", None, 1, 6.0, ""), ("dflash-sync", "chain", None, 1, 8.0, ""),
+                    ("dflash", "chain", None, 8, 9.0, ""), ("dflash-sync", "chain", None, 8, 7.0, ""),
+                    ("ddtree-b16", "tree", 16, 1, 6.0, ""), ("ddtree-b16", "tree", 16, 8, 7.0, "")], table)
     tree = {r.concurrency: r for r in rows if r.variant == "ddtree-b16"}
     assert (tree[1].dflash_reference, tree[8].dflash_reference) == ("dflash", "dflash-sync")
     assert tree[1].vs_dflash == pytest.approx(8.61 / 7.79)
@@ -155,14 +165,3 @@ def test_the_round_median_and_99th_percentile_are_reported_beside_the_mean():
     assert stats.gpu_ms["round"] == pytest.approx((98 * 2.0 + 3.0 + 40.0) / 100)
     stalled = phases.summarize([*rounds[:90], *({**r, "gpu": {"round": 40.0}} for r in rounds[90:])])
     assert stalled is not None and stalled.round_p99_ms == 40.0
-
-
-def test_radix_cache_keeps_every_profile_argument_but_the_one_that_turns_it_off(bench_env):
-    from patchkit.bench.run import RADIX_OFF, profile_server_args
-    from patchkit.bench.profile import load_bench_profile
-
-    profile = load_bench_profile(REPO_ROOT / "ddtree_patches" / "v2")
-    assert RADIX_OFF in profile.server_args
-    assert profile_server_args(profile, radix_cache=False) == profile.server_args
-    kept = profile_server_args(profile, radix_cache=True)
-    assert RADIX_OFF not in kept and kept == tuple(a for a in profile.server_args if a != RADIX_OFF)

@@ -103,9 +103,10 @@ def test_the_shipped_paper_table_and_its_projection():
                                                    512: 10.73, 1024: 10.98}
     assert "2604.12989" in table.source
     # Hand-measured Qwen3-8B-shape round costs give this projection: 0.73x (B=16), 0.92x (B=64).
-    rows = {r.variant: r for r in project([("baseline", "baseline", None, 1, 5.11), ("dflash", "chain", None, 1, 11.01),
-                                           ("ddtree-b16", "tree", 16, 1, 16.59), ("ddtree-b64", "tree", 64, 1, 15.03)],
-                                          table)}
+    rows = {r.variant: r for r in project([("baseline", "baseline", None, 1, 5.11, ""),
+                                           ("dflash", "chain", None, 1, 11.01, ""),
+                                           ("ddtree-b16", "tree", 16, 1, 16.59, ""),
+                                           ("ddtree-b64", "tree", 64, 1, 15.03, "")], table)}
     assert rows["ddtree-b16"].vs_dflash == pytest.approx(0.73, abs=0.005)
     assert rows["ddtree-b64"].vs_dflash == pytest.approx(0.92, abs=0.005)
     assert rows["dflash"].vs_baseline == pytest.approx(7.79 / 11.01 * 5.11)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
 import sys
 
-from tests.smoke.conftest import git, make_target
+from tests.smoke.conftest import REPO_ROOT, Outcome, git, make_target
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
 # Answers the query patchkit sends, like nvidia-smi on an H200 host.
@@ -30,11 +31,12 @@ def test_preflight_only_passes_and_starts_nothing(smoke_env):
     assert out.code == 0, out.stderr
     checks = {c["name"]: c for c in out.doc["result"]["preflight"]["checks"]}
     assert set(checks) == {"gpus", "python", "port", "model", "draft-model", "target", "server imports",
-                           "server args"}
+                           "server args", "attention backends"}
     assert all(c["ok"] for c in checks.values())
     assert "CPU stand-in mode" in checks["gpus"]["detail"]
     assert "numpy" in checks["server imports"]["detail"] and "torch" in checks["server imports"]["detail"]
     assert "accepts the 2 server command line(s)" in checks["server args"]["detail"]
+    assert checks["attention backends"]["detail"] == "SGLang did not say which backend it picks (not checked)"
     assert out.doc["result"]["servers"] == []
     assert not smoke_env.logs.exists()
 
@@ -174,3 +176,118 @@ def test_a_module_of_the_set_that_cannot_import_is_named(smoke_env):
     assert out.code == 2 and "server args" not in checks
     assert "cannot import sglang.ddtree (ModuleNotFoundError: No module named 'ddtree_kernel_lib'); install " \
            "ddtree_kernel_lib into that interpreter" in checks["server imports"]["detail"]
+
+
+# ------------------------------------------------ attention backends: their kernels in the server's interpreter
+
+FLASH_ATTN = ('try:\n    from sgl_kernel import flash_ops\nexcept:\n'
+              '    raise ImportError("Can not import FA3 in sgl_kernel.")\n')
+
+
+def fake_site(tmp_path, *, flash_ops: bool, flashinfer: bool = False):
+    """A site with sgl_kernel as sglang-kernel lays it out (flash_attn.py imports flash_ops, as the real
+    one does); ``flash_ops=False`` is a slimmed bundle's: the library is not there."""
+    site = tmp_path / "site"
+    (site / "sgl_kernel").mkdir(parents=True)
+    (site / "sgl_kernel" / "__init__.py").write_text("")
+    (site / "sgl_kernel" / "flash_attn.py").write_text(FLASH_ATTN)
+    if flash_ops:
+        (site / "sgl_kernel" / "flash_ops.py").write_text("LOADED = True\n")
+    if flashinfer:
+        (site / "flashinfer").mkdir()
+        (site / "flashinfer" / "__init__.py").write_text("")
+    return site
+
+
+def on_hopper(smoke_env, site, **env):
+    """The stand-in resolves unnamed backends as SGLang on Hopper; ``site`` goes on the server's path."""
+    smoke_env.env.update({"SGLANG_STANDIN_GPU": "hopper", "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{site}", **env})
+
+
+def backend_row(out):
+    return {c["name"]: c for c in out.doc["result"]["preflight"]["checks"]}["attention backends"]
+
+
+def test_the_default_fa3_without_flash_ops_is_refused_before_any_server_starts(smoke_env):
+    on_hopper(smoke_env, fake_site(smoke_env.tmp, flash_ops=False))
+    out = smoke_env.run("--preflight-only")
+    assert out.code == 2 and out.doc["result"]["servers"] == []
+    row = backend_row(out)
+    # the baseline gets fa3 (SGLang's Hopper default); DDTREE gets triton, which needs nothing more
+    assert not row["ok"] and row["detail"].startswith(
+        "server 1 (baseline) would run the fa3 attention backend, whose kernels cannot load in ")
+    assert "sgl_kernel.flash_ops: ModuleNotFoundError: No module named 'sgl_kernel.flash_ops'" in row["detail"]
+    assert "--profile server-fa3" in row["detail"] and "--attention-backend triton" in row["detail"]
+    human = smoke_env.run(as_json=False)
+    assert human.code == 2 and "attention backends: server 1 (baseline) would run the fa3" in human.stderr
+    assert not smoke_env.logs.exists(), "no server was started"
+
+
+def test_fa3_passes_when_flash_ops_imports_and_a_named_backend_is_honoured(smoke_env):
+    on_hopper(smoke_env, fake_site(smoke_env.tmp, flash_ops=True))
+    out = smoke_env.run("--preflight-only")
+    assert out.code == 0, out.stderr
+    row = backend_row(out)
+    assert row["ok"] and "server 1 (baseline): fa3; server 2 (DDTREE): triton (target and draft)" in row["detail"]
+    assert "fa3: sgl_kernel.flash_ops and sgl_kernel.flash_attn import" in row["detail"]
+
+    on_hopper(smoke_env, fake_site(smoke_env.tmp / "slim", flash_ops=False))
+    named = smoke_env.run("--preflight-only", "--", "--attention-backend", "triton")
+    assert named.code == 0, named.stderr
+    assert "server 1 (baseline): triton" in backend_row(named)["detail"]
+
+
+def write_trim_record(site, kept):
+    record = {"member": "sgl_kernel/flash_ops.abi3.so", "archs": [90], "kept_units": kept}
+    (site / "sgl_kernel" / "flash_ops.py.trim.json").write_text(json.dumps(record))
+
+
+def test_a_trimmed_fa3_library_must_keep_the_models_kernels(smoke_env):
+    site = fake_site(smoke_env.tmp, flash_ops=True)
+    write_trim_record(site, ["flash_fwd_hdim128_bf16_sm90", "flash_fwd_combine"])
+    on_hopper(smoke_env, site)
+    for model in (smoke_env.model, smoke_env.draft):
+        (model / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1536,
+                                                      "num_attention_heads": 16, "torch_dtype": "bfloat16"}))
+    out = smoke_env.run("--preflight-only")
+    assert out.code == 2
+    detail = backend_row(out)["detail"]
+    assert "flash_ops.py is trimmed" in detail and "keeps flash_fwd_combine, flash_fwd_hdim128_bf16_sm90 for sm_90" \
+        in detail
+    assert "but the model (head dim 96, bf16) needs flash_fwd_hdim96_bf16_sm90" in detail
+
+    (smoke_env.model / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "head_dim": 128,
+                                                            "torch_dtype": "bfloat16"}))
+    kept = smoke_env.run("--preflight-only")
+    assert kept.code == 0, kept.stderr
+    assert "(trimmed; keeps what the models need)" in backend_row(kept)["detail"]
+
+
+def test_flashinfer_without_nvcc_is_refused_naming_its_jit(smoke_env):
+    bare_path = os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"])  # no CUDA toolkit on it
+    site = fake_site(smoke_env.tmp, flash_ops=False, flashinfer=True)
+    on_hopper(smoke_env, site, PATH=bare_path, FLASHINFER_WORKSPACE_BASE=str(smoke_env.tmp / "fi"))
+    smoke_env.env.pop("CUDA_HOME", None)
+    env_without_cuda = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+    out = run_with(smoke_env, env_without_cuda, "--preflight-only", "--", "--attention-backend", "flashinfer")
+    assert out.code == 2
+    detail = backend_row(out)["detail"]
+    assert detail.startswith("server 1 (baseline), server 2 (DDTREE) would run the flashinfer attention backend")
+    assert "nvcc not found on PATH, nor in $CUDA_HOME/bin" in detail
+
+    toolkit = smoke_env.tmp / "cuda"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    with_nvcc = run_with(smoke_env, {**env_without_cuda, "CUDA_HOME": str(toolkit)}, "--preflight-only", "--",
+                         "--attention-backend", "flashinfer")
+    assert with_nvcc.code == 0, with_nvcc.stderr
+    assert f"JIT cache {smoke_env.tmp / 'fi' / '.cache' / 'flashinfer'} writable" in backend_row(with_nvcc)["detail"]
+
+
+def run_with(smoke_env, base_env, *extra):
+    """smoke_env.run with ``base_env`` in place of this process's environment."""
+    env = {**base_env, "PYTHONPATH": str(REPO_ROOT), "PATCHKIT_HOME": str(smoke_env.tmp / "home"), **smoke_env.env}
+    done = subprocess.run(smoke_env.argv(*extra), env=env, capture_output=True, text=True, timeout=60,
+                          cwd=smoke_env.tmp)
+    doc = json.loads(done.stdout) if done.stdout.strip().startswith("{") else None
+    return Outcome(done.returncode, doc, done.stdout, done.stderr)

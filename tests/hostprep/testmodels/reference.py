@@ -53,8 +53,9 @@ def layer(w, prefix, h, positions, mask, extra_kv=None):
 
 
 def target_logits(w, ids):
-    """Logits at every position of ``ids`` (causal)."""
-    ids = torch.tensor(ids)
+    """Logits at every position of ``ids`` (causal); ``ids`` a list or a tensor (so torch.func.vmap can
+    batch it over many sequences of one length)."""
+    ids = torch.as_tensor(ids)
     n = len(ids)
     h = w["model.embed_tokens.weight"][ids]
     positions, causal = torch.arange(n), torch.ones(n, n, dtype=torch.bool).tril()
@@ -71,11 +72,12 @@ def greedy(w, prompt, steps):
 
 
 def draft_block_logits(target_w, draft_w, context_len, bonus):
-    """Logits of block positions 1..L-1 for the block [bonus, mask...] after ``context_len`` tokens.
+    """Logits of block positions 1..L-1 for the block [bonus, mask...] after ``context_len`` tokens
+    (``bonus`` an int or a 0-d tensor, which torch.func.vmap can batch).
 
     The context features go through fc (zero in the test draft), so context keys and values are zero.
     """
-    ids = torch.tensor([bonus] + [tm.MASK_TOKEN] * (tm.BLOCK_SIZE - 1))
+    ids = torch.cat([torch.as_tensor(bonus).view(1), torch.full((tm.BLOCK_SIZE - 1,), tm.MASK_TOKEN)])
     h = target_w["model.embed_tokens.weight"][ids]
     positions = context_len + torch.arange(tm.BLOCK_SIZE)
     zeros = torch.zeros(context_len, tm.KV_HEADS, tm.HEAD_DIM)

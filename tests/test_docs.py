@@ -96,3 +96,27 @@ def test_the_readme_shows_commands_and_fits_on_a_few_screens():
 def test_no_issue_numbers_or_owners(page):
     text = page.read_text(encoding="utf-8")
     assert not re.search(r"\bissues? \d+|#\d+\b|\bowner", text, re.I), page.relative_to(REPO)
+
+
+DEFAULT_CLAIM = re.compile(r"\bdefault set\b|\*\*the default\*\*|\bis the default\b", re.I)
+SET_NAMED = re.compile(r"ddtree_patches/(v\d+)\b|\b(v\d+) is the default\b")
+
+
+def sentences(text: str) -> list[str]:
+    """Paragraphs and table rows, each split into sentences, whitespace collapsed (lines wrap mid-sentence)."""
+    blocks = re.split(r"\n\s*\n|\n(?=\|)", text)
+    return [s for block in blocks for s in re.split(r"(?<=[.;])\s+", " ".join(block.split()))]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=ids(PAGES))
+def test_what_a_page_calls_the_default_set_is_the_default(page):
+    """A sentence that speaks of the default set names no other set's folder (the default moved from v1 to
+    v2 once and a page kept pointing at v1's files): the default is the manifest marked ``default = true``."""
+    from patchkit import manifest
+
+    default = {d.name for d in (REPO / "ddtree_patches").glob("v*") if manifest.load(d, with_lock=False).set.default}
+    assert len(default) == 1
+    for sentence in sentences(page.read_text(encoding="utf-8")):
+        if DEFAULT_CLAIM.search(sentence):
+            named = {a or b for a, b in SET_NAMED.findall(sentence)}
+            assert named <= default, f"{page.relative_to(REPO)}: the default set is {default}, not {named}: {sentence}"

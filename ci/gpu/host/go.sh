@@ -48,7 +48,7 @@ TREE=$PATCHKIT_HOME/trees/sglang-0.5.17
 MARK=$PK/.setup-done
 TARGET=${GO_TARGET:-$TREE}
 ACCEPT=$SRC/benchmarks/acceptance/ddtree-paper-qwen3-8b-math500.toml
-STEPS_KNOWN="kernels shape1 shape2 shape3 shape4 toy16 lossless sampling tree phases8b phasestoy hotpath auto8b autotree samplingauto samplingbroken paritytoy parity17 parity8b auto17 autotoy backends8b losslessauto radix"
+STEPS_KNOWN="fa3check fa3kernels fa3pair8b fa3triton8b fa3dflash8b fa3tree8b fa3flashinfer8b fa3shape17 fa3lossless fa3sampling fa3samplingfixed kernels shape1 shape2 shape3 shape4 toy16 lossless sampling tree phases8b phasestoy hotpath auto8b autotree samplingauto samplingbroken paritytoy parity17 parity8b auto17 autotoy backends8b losslessauto radix"
 TM=(--skip-tokenizer-init --sampling-backend pytorch --grammar-backend none)   # the H200 smoke's flags
 
 now() { date +%s; }
@@ -96,6 +96,25 @@ unpack() {
   tar -xzf "$ARCH/sglang-bundle.tgz" -C "$PK" || return 1
   untar_xz "$ARCH/site.tar.xz" "$SITE" || return 1
   echo "unpacked: $(du -sh "$SITE" | cut -f1) site"
+  if [ -f "$ARCH/$FA3" ]; then  # over the site: sgl_kernel/flash_ops.abi3.so (trimmed) and its .trim.json
+    untar_xz "$ARCH/$FA3" "$SITE" || return 1
+    echo "unpacked: $FA3 over the site (FA3 trimmed: $(kept_units))"
+  fi
+}
+
+# The optional fa3 archive (make_fa3_archive.sh): the site's sgl_kernel gets FA3's library, trimmed to
+# the sm90 bf16 kernels of head dims 64 and 128 (what it kept: sgl_kernel/flash_ops.abi3.so.trim.json).
+FA3=fa3-sm90-bf16.tar.xz
+fa3_listed() {  # present archives must be checked: one that SHA256SUMS does not list is refused
+  [ ! -f "$ARCH/$FA3" ] || grep -q "[[:space:]]\*\?$FA3\$" "$ARCH/SHA256SUMS" || {
+    echo "$ARCH/$FA3 is not listed in SHA256SUMS: add its line (sha256sum $FA3 >> SHA256SUMS) or remove it"; return 1; }
+}
+kept_units() {
+  "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); print(len(r["kept_units"]), "units, sm",
+            r["archs"], "; wheel", r["wheel"])' "$SITE/sgl_kernel/flash_ops.abi3.so.trim.json" 2>&1
+}
+fa3_imports() {  # FA3's Python entry points load the library (a GPU is needed: sgl_kernel picks sm90/)
+  PYTHONPATH="$SITE" "$PY" -c "from sgl_kernel import flash_ops; import sgl_kernel.flash_attn; print('fa3 imports ok:', flash_ops.__file__)"
 }
 
 base_tree() {  # the base commit's content, rebuilt by patchkit's own code (tree id checked), kept pristine
@@ -129,10 +148,15 @@ setup() {
       "gpu $(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version \
              --format=csv,noheader 2>&1 | head -1 || echo 'nvidia-smi not found')"
   phase check  bash -c "cd '$ARCH' && sha256sum -c --quiet SHA256SUMS" || { SETUP_FAILED=1; return 1; }
+  phase fa3_listed fa3_listed || { SETUP_FAILED=1; return 1; }
   phase unpack unpack || { SETUP_FAILED=1; return 1; }
   # 1st install.sh: pip is skipped (site.tar.xz holds exactly requirements.lock), imports sgl_kernel,
   # flashinfer, transformers checked. A failure here is reported; fetch/apply still run (diagnostics).
   phase install sh "$BUNDLE/install.sh" "$PY" "$SITE" || SETUP_FAILED=1
+  # fa3 is optional: without the archive (or with imports that fail) only fa3 servers are refused, by
+  # patchkit's preflight, so the setup goes on
+  if [ -f "$ARCH/$FA3" ]; then phase fa3 fa3_imports || say "setup: fa3 imports FAILED (fa3 servers will be refused)"
+  else say "setup: no $FA3 in $ARCH: fa3 servers will be refused (make it with ci/gpu/host/make_fa3_archive.sh)"; fi
   phase base_tree base_tree || { SETUP_FAILED=1; return 1; }
   phase set_tree set_tree || SETUP_FAILED=1
   say "setup: $(( $(now) - t )) s in all, $([ $SETUP_FAILED = 0 ] && echo ok || echo FAILED)"
@@ -262,13 +286,13 @@ step_autotree() {  # lossless (greedy, outputs against the baseline's), tree gai
 }
 step_samplingauto() {  # T=1: token and log-prob tests at every position, auto against the baseline
   models "$PK/mtree" --profile tree || { STEP_RC=1; return; }
-  bench samplingauto "$PK/mtree" 30145 --sampling --variants baseline,ddtree --budgets auto --samples 128 \
+  bench samplingauto "$PK/mtree" 30145 --sampling --variants baseline,ddtree --budgets auto \
     --concurrency 32 -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 32
 }
 step_samplingbroken() {  # the same with the set's test-only broken acceptance rule: the test must FAIL
   models "$PK/mtree" --profile tree || { STEP_RC=1; return; }
   SGLANG_DDTREE_TEST_BROKEN_ACCEPT=1 bench samplingbroken "$PK/mtree" 30146 --sampling --variants baseline,ddtree \
-    --budgets auto --samples 128 --concurrency 32 -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 32
+    --budgets auto --concurrency 32 -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 32
 }
 prompt_file() {  # prompt_file FILE COUNT LENGTH [SHARED]: token-id prompts (ids < 256); the first SHARED ids common
   "$PY" - "$@" <<'EOF'
@@ -345,6 +369,87 @@ step_radix() {  # SGLang's radix cache on, prompts sharing a 192-token prefix: t
   bench radix "$PK/mt" 30159 --variants baseline,ddtree --budgets auto --concurrency 1,8,16 --repeats 2 --radix-cache \
     --prompts "$W/shared.jsonl" -- "${TM[@]}" --mem-fraction-static 0.25 --max-running-requests 16
 }
+
+# DDTREE on fa3 (Hopper's default backend) against the DFLASH a user runs. Every server of a bench here runs
+# the short prompts and 4,096-token prompts (--long-prompts) at each level; prefill CUDA graphs are off
+# (they only time prefill, and flashinfer spent minutes capturing them).
+FA3X=("${TM[@]}" --disable-prefill-cuda-graph)
+fa3_kernels() {  # fa3_kernels TAG [fa3_tree_bench.py options]: FA3 alone, no server
+  local tag=$1 left=$(( DEADLINE - $(now) - 30 )); shift
+  (cd "$SRC" && PYTHONPATH="$SITE" timeout -s TERM -k 10 "$left" "$PY" "$HERE/fa3_tree_bench.py" \
+     --tree-attention "$TREE/python/sglang/srt/layers/attention/ddtree_tree_attention.py" --json "$W/$tag.json" "$@") \
+     > "$W/$tag.log" 2>&1
+  STEP_RC=$?
+  tailof "$W/$tag.log" 60
+  cp "$W/$tag.json" "$OUT/$tag.json" 2>/dev/null
+}
+step_fa3check() { fa3_kernels fa3check --check-only; }  # the trimmed FA3 and the tree kernel against a reference (bf16)
+step_fa3kernels() { fa3_kernels fa3kernels; }  # chain verify vs the tree (prefix pass + the fused tree kernel), timed
+fa3_bench() {  # fa3_bench TAG MODELS PORT CONCURRENCY VARIANTS [BUDGETS]
+  local tag=$1 m=$2 port=$3 conc=$4 variants=$5 budgets=${6:-}
+  local b=(); [ -z "$budgets" ] || b=(--budgets "$budgets")
+  # GO_DIAG: every round's host time and Triton compilations (none may happen after start-up)
+  GO_DIAG=1 PK_DIAG_PROFILE=0 bench "$tag" "$m" "$port" --variants "$variants" "${b[@]}" --concurrency "$conc" \
+    --repeats 1 --phases \
+    --long-prompts 4096 --start-timeout 240 --acceptance "$ACCEPT" --no-check-outputs -- "${FA3X[@]}" \
+    --mem-fraction-static 0.8 --max-running-requests 32
+}
+step_fa3dflash8b() {  # the DFLASH a user runs at the Qwen3-8B shape (fa3, triton), and DDTREE auto on fa3
+  models "$PK/m8" --shape qwen3-8b || { STEP_RC=1; return; }
+  fa3_bench fa3dflash8b "$PK/m8" 30161 1,8,32 dflash-fa3,dflash-triton,ddtree-fa3 auto
+}
+step_fa3pair8b() {  # DFLASH on fa3 (Hopper's default) against DDTREE auto on fa3, the Qwen3-8B shape
+  models "$PK/m8" --shape qwen3-8b || { STEP_RC=1; return; }
+  fa3_bench fa3pair8b "$PK/m8" 30169 1,8,32 dflash-fa3,ddtree-fa3 auto
+}
+step_fa3triton8b() {  # DFLASH on triton, the same models and prompts
+  models "$PK/m8" --shape qwen3-8b || { STEP_RC=1; return; }
+  fa3_bench fa3triton8b "$PK/m8" 30170 1,8,32 dflash-triton
+}
+step_fa3tree8b() {  # DDTREE on fa3 at DFLASH's width (B = 15), the same models and prompts
+  models "$PK/m8" --shape qwen3-8b || { STEP_RC=1; return; }
+  fa3_bench fa3tree8b "$PK/m8" 30162 1,8,32 ddtree-fa3 15
+}
+step_fa3flashinfer8b() {  # DFLASH on flashinfer (JIT, slow start: bounded by --start-timeout)
+  models "$PK/m8" --shape qwen3-8b || { STEP_RC=1; return; }
+  fa3_bench fa3flashinfer8b "$PK/m8" 30163 1,8,32 dflash-flashinfer
+}
+step_fa3shape17() {  # the Qwen3-1.7B shape: DFLASH on fa3 and DDTREE auto on fa3
+  models "$PK/m17" --shape qwen3-1.7b || { STEP_RC=1; return; }
+  fa3_bench fa3shape17 "$PK/m17" 30164 1,8,32 dflash-fa3,ddtree-fa3 auto
+}
+step_fa3lossless() {  # greedy on fa3 with the radix cache on (smoke and bench's default): DDTREE at B = 15 and auto
+                      # equals the baseline, on the set's prompts and on --radix-prompts (prompts sharing a
+                      # 192-token prefix, and a chain of prompts each a prefix of the next)
+  models "$PK/mt" || { STEP_RC=1; return; }
+  bench fa3lossless "$PK/mt" 30165 --variants baseline-fa3,ddtree-fa3 --budgets "${FA3_LOSSLESS_BUDGETS:-15,auto}" \
+    --concurrency 1,8,16 \
+    --repeats 2 --radix-prompts -- "${FA3X[@]}" --mem-fraction-static 0.25 --max-running-requests 16
+}
+fa3_sampling() {  # fa3_sampling TAG BUDGETS PORT: the T = 1 check on fa3 (tree-friendly models) must PASS and its
+                  # broken control FAIL, back to back. 384 samples: power 0.99 at p < 1e-6 from position 1 alone
+                  # (docs/sampling-power.md)
+  local tag=$1 budgets=$2 port=$3 check control
+  models "$PK/mtree" --profile tree || { STEP_RC=1; return; }
+  bench "$tag" "$PK/mtree" "$port" --sampling --variants baseline-fa3,ddtree-fa3 --budgets "$budgets" \
+    --samples 384 --concurrency 32 -- "${FA3X[@]}" --mem-fraction-static 0.25 --max-running-requests 32
+  check=$STEP_RC
+  STEP_RC=0
+  SGLANG_DDTREE_TEST_BROKEN_ACCEPT=1 bench "${tag}broken" "$PK/mtree" $((port + 1)) --sampling \
+    --variants baseline-fa3,ddtree-fa3 --budgets "$budgets" --samples 384 --concurrency 32 -- "${FA3X[@]}" \
+    --mem-fraction-static 0.25 --max-running-requests 32
+  control=$STEP_RC
+  # The check passes (rc 0) and the control fails (rc 1: its distribution test fails); anything else
+  # (a crash, a timeout, a control that passes) fails the step.
+  if [ "$check" -eq 0 ] && [ "$control" -eq 1 ]; then
+    echo "  T=1 ($budgets): check PASS and broken control FAIL, as required"; STEP_RC=0
+  else
+    echo "  T=1 ($budgets): check rc=$check, broken control rc=$control: the control must fail and the check pass"
+    STEP_RC=1
+  fi
+}
+step_fa3sampling() { fa3_sampling fa3sampling auto 30166; }        # DDTREE auto
+step_fa3samplingfixed() { fa3_sampling fa3samplingfixed 15 30168; }  # DDTREE at a fixed B = 15
 
 step_hotpath() {  # the DDTree kernels alone (no server), at the batch sizes of the bench
   local left=$(( DEADLINE - $(now) - 30 ))

@@ -36,10 +36,11 @@ def outputs_cell(result, level):
 
 
 def table(rows):
-    header = ("variant", "c", "ready s", "tok/s/req", "agg tok/s", "ms/round", "accept", "x DFLASH", "outputs same")
+    header = ("variant", "prompts", "c", "ready s", "tok/s/req", "agg tok/s", "ms/round", "accept", "x DFLASH",
+              "outputs same")
     cells = [header, *rows]
     widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
-    line = lambda r: "  ".join(str(v).ljust(w) if i in (0, 8) else str(v).rjust(w)  # noqa: E731
+    line = lambda r: "  ".join(str(v).ljust(w) if i in (0, 1, 9) else str(v).rjust(w)  # noqa: E731
                                for i, (v, w) in enumerate(zip(r, widths)))
     return [line(header), "  ".join("-" * w for w in widths), *[line(r) for r in rows]]
 
@@ -60,15 +61,23 @@ def summarize(path: Path) -> list[str]:
     rows = []
     for run in result.get("variants") or []:
         if not run.get("levels"):
-            rows.append((run.get("label"), "-", fmt(run.get("ready_s"), ".0f"), "-", "-", "-", "-", "-",
-                         "FAILED: " + str(run.get("failure"))[:60]))
+            why = run.get("not_started") or ("FAILED: " + str(run.get("failure")))
+            rows.append((run.get("label"), "-", "-", fmt(run.get("ready_s"), ".0f"), "-", "-", "-", "-", "-",
+                         why[:70]))
         for level in run.get("levels") or []:
-            rows.append((run.get("label"), level.get("concurrency"), fmt(run.get("ready_s"), ".0f"),
+            rows.append((run.get("label"), level.get("prompt_set") or "-", level.get("concurrency"),
+                         fmt(run.get("ready_s"), ".0f"),
                          fmt(mean(level.get("per_request_tok_s"))), fmt(mean(level.get("aggregate_tok_s"))),
                          fmt(mean(level.get("ms_per_round")), ".2f"), fmt(level.get("accept_length"), ".2f"),
                          fmt(mean(level.get("vs_dflash")), ".2f"), outputs_cell(result, level)))
     if rows:
         out += table(rows)
+    for fastest in result.get("fastest_dflash") or []:
+        out.append(f"fastest DFLASH at {fastest.get('prompt_set')} c={fastest.get('concurrency')}: "
+                   f"{fastest.get('label')} (backend {fastest.get('backend')}, overlap {fastest.get('overlap')}), "
+                   f"{fmt(fastest.get('aggregate_tok_s'))} tok/s")
+    for note in result.get("notes") or []:
+        out.append(f"note: {note}")
     for run in result.get("variants") or []:
         if run.get("failure") and run.get("log_tail"):
             out.append(f"server log tail of {run.get('label')} ({run.get('log')}):")
@@ -80,7 +89,7 @@ def summarize(path: Path) -> list[str]:
         for run, level in timed:
             ph = level["phases"]
             g, h = ph["gpu_ms"], ph["host_ms"]
-            out.append(f"  {run.get('label'):<16} c={level.get('concurrency'):<3} "
+            out.append(f"  {run.get('label'):<16} {str(level.get('prompt_set') or '-'):<6} c={level.get('concurrency'):<3} "
                        + " ".join(f"{g[k]:6.2f}" for k in ("draft", "tree", "verify", "commit", "gap", "round"))
                        + f" {ph.get('round_p50_ms', 0.0):6.2f} {ph.get('round_p99_ms', 0.0):6.2f}"
                        + f" | {h['round']:6.2f} | {100 * ph['draft_graph_share']:.0f}%/"
@@ -94,7 +103,8 @@ def summarize(path: Path) -> list[str]:
     if projection:
         out.append("projected with the acceptance table (measured ms/round, table accept length):")
         for r in projection.get("rows") or []:
-            out.append(f"  {r['variant']:<16} c={r['concurrency']:<3} {fmt(r.get('measured_ms_per_round'), '.2f')} ms "
+            out.append(f"  {r['variant']:<16} {str(r.get('prompt_set') or '-'):<6} c={r['concurrency']:<3} "
+                       f"{fmt(r.get('measured_ms_per_round'), '.2f')} ms "
                        f"x {fmt(r.get('accept_length'), '.2f')} -> {fmt(r.get('projected_tok_s'))} tok/s/req, "
                        f"x DFLASH {fmt(r.get('vs_dflash'), '.2f')}, x baseline {fmt(r.get('vs_baseline'), '.2f')}"
                        + (f" ({r['note']})" if r.get("note") else ""))
@@ -112,7 +122,10 @@ def summarize(path: Path) -> list[str]:
             out.append(f"sampling {v['label']}: {sampling.get('samples')} samples x {sampling.get('tokens')} tokens, "
                        f"p-values per position [{pvals}], threshold {v['threshold']:.2g}, lowest "
                        f"{fmt(worst['test']['p_value'] if worst else None, '.3g')}, same as baseline "
-                       f"{v.get('same_as_baseline')}/{sampling.get('samples')}: {'PASS' if v.get('ok') else 'FAIL'}")
+                       f"{v.get('same_as_baseline')}/{sampling.get('samples')}, power {fmt(v.get('power'), '.3f')}: "
+                       f"{'PASS' if v.get('ok') else 'FAIL'}")
+            if v.get("tree") or v.get("tree_note"):
+                out.append(f"  tree use: {json.dumps(v.get('tree')) if v.get('tree') else v.get('tree_note')}")
     for failure in result.get("failures") or []:
         out.append(f"failure: {failure}")
     return out

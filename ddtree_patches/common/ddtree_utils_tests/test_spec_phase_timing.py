@@ -69,3 +69,21 @@ def test_a_phase_or_finish_outside_a_round_and_a_flush_of_nothing_write_nothing(
     timer.finish(width=9)
     timer.flush()
     assert not path.exists() and timer.rounds == 0 and not timer._pending
+
+
+def test_a_device_tensor_field_is_copied_at_the_round_and_written_as_a_list(tmp_path):
+    # DDTREE's tree counts stay on the device: the timer copies them before the round's end mark (so the
+    # read-back needs no sync) and writes the copy, not what the tensor holds by then.
+    if not hasattr(timing.RoundPhaseTimer, "_staged"):
+        pytest.skip("this tree's timer writes host values only (no device fields)")
+    import torch
+
+    path = tmp_path / "rounds.jsonl"
+    timer = timing.RoundPhaseTimer("DDTREE", str(path), "cpu")
+    counts = torch.tensor([3, 1, 2, 5])
+    _round(timer, 4, width=16, tree=counts)
+    counts.zero_()  # the next round reuses the buffer
+    timer.start(1)
+    timer.flush()
+    (record,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert record["tree"] == [3, 1, 2, 5] and record["width"] == 16

@@ -61,6 +61,18 @@ def test_auto_captures_every_width_times_it_and_builds_the_policy(monkeypatch):
     assert all(slot.device.shape == (4,) for slot in worker._stats_slots)
 
 
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "non-overlap"])
+def test_auto_times_each_period_as_the_round_the_scheduler_waited_for(monkeypatch, overlap):
+    monkeypatch.setattr(worker_mod, "_time_graph_replays", _timed({4: {1: 1.0}, 8: {1: 1.5}, 16: {1: 2.5}}))
+    monkeypatch.setattr(worker_mod, "get_tp_group", lambda: SimpleNamespace(world_size=1))
+    worker = _worker()
+    worker.server_args.disable_overlap_schedule = not overlap
+    Worker._init_budget_policy(worker)
+    if not hasattr(worker._policy, "period_lag"):
+        pytest.skip("this tree's auto policy times every period as the last round")
+    assert worker._policy.period_lag == (1 if overlap else 0)
+
+
 def test_auto_falls_back_to_the_chain_when_a_width_could_not_be_timed(monkeypatch):
     monkeypatch.setattr(worker_mod, "_time_graph_replays", _timed({4: {1: 1.0}, 16: {1: 2.5}}))  # 8: nothing
     worker = _worker()

@@ -27,6 +27,9 @@ the test reads the tree's release (``RELEASE``) and stands in for what that rele
 
 from __future__ import annotations
 
+import ast
+import inspect
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -193,6 +196,9 @@ class ToyModels:
         positions = spec.positions.view(bs, n)
         cache_loc = fb.out_cache_loc.view(bs, n)
         mask, offset = spec.custom_mask, 0
+        # A compact-mask backend (fa3) reads the trees' own [bs, n, n] rows and no FULL_MASK is written.
+        compact = getattr(spec, "tree_mask", None)
+        assert (compact is None) != (mask is None), "exactly one mask, the one the backend reads"
         logits = torch.empty((bs * n, V), dtype=torch.float32)
         hidden = torch.empty((bs * n, 2), dtype=torch.float32)
         for b in range(bs):
@@ -201,9 +207,12 @@ class ToyModels:
             prefix = self.committed(b, seq_len)
             width = seq_len + n
             for i in range(n):
-                row = mask[offset + i * width : offset + (i + 1) * width]
-                assert bool(row[:seq_len].all()), "prefix columns must all be visible"
-                visible = [j for j in range(n) if row[seq_len + j]]
+                if compact is not None:
+                    visible = [j for j in range(n) if compact[b, i, j]]
+                else:
+                    row = mask[offset + i * width : offset + (i + 1) * width]
+                    assert bool(row[:seq_len].all()), "prefix columns must all be visible"
+                    visible = [j for j in range(n) if row[seq_len + j]]
                 assert visible[-1] == i, "a node sees its ancestors and itself, nothing after it"
                 context = prefix + tokens[b, visible].tolist()
                 assert int(positions[b, i]) == seq_len + len(visible) - 1
@@ -213,7 +222,7 @@ class ToyModels:
                 self.store.token[cache_loc[b, i]] = tokens[b, i]
                 self.store.position[cache_loc[b, i]] = positions[b, i]
             offset += n * width
-        assert mask.numel() >= offset, "the mask must cover every request's rows"
+        assert compact is not None or mask.numel() >= offset, "the mask must cover every request's rows"
         self.verify_calls.append(fb)
         return SimpleNamespace(
             logits_output=SimpleNamespace(next_token_logits=logits, hidden_states=hidden),
@@ -232,9 +241,12 @@ class RecordingWorker(worker_mod.DDTreeWorkerV2):
 
 
 def make_worker(*, bs: int, budget: int, block_size: int, topk: int, auto_widths=None, costs=None,
-                accept_model=None):
+                accept_model=None, compact_mask=False):
     """The worker; with ``auto_widths`` its budget is chosen per round by a BudgetPolicy over
-    ``costs`` (a CostTable) -- the widest width is then ``budget + 1``."""
+    ``costs`` (a CostTable) -- the widest width is then ``budget + 1``. ``compact_mask``: the target
+    backend reads the trees' compact mask (fa3) instead of the FULL_MASK (triton)."""
+    if compact_mask and not hasattr(worker_mod.DDTreeWorkerV2, "_verify_inputs"):
+        pytest.skip("this tree's worker has no compact-mask (fa3) path")
     n = budget + 1
     store = KVStore(bs * CTX + 1)
     req_to_token = (torch.arange(bs * CTX, dtype=torch.int32).view(bs, CTX) + 1)
@@ -254,6 +266,7 @@ def make_worker(*, bs: int, budget: int, block_size: int, topk: int, auto_widths
     w._draft_block_ids_buf = None
     w._draft_sampler = None
     w._ddtree_mask_buf = None
+    w._compact_tree_mask = compact_mask
     w._phases = phase_mod.PHASES_OFF
     w._draft_ran_graph = False
     w._fixed_width = n
@@ -445,11 +458,16 @@ def run_rounds(*, prompts, budget, block_size, topk, overlap, rounds, sampling=N
 PROMPTS = [[3, 9, 1], [7], [12, 4, 4, 30, 2, 8], [5, 5]]
 
 
+MASKS = pytest.mark.parametrize("compact_mask", [False, True], ids=["full-mask", "compact-mask"])
+
+
+@MASKS
 @pytest.mark.parametrize("overlap", [False, True], ids=["non-overlap", "overlap"])
 @pytest.mark.parametrize(("budget", "block_size", "topk"), [(16, 8, 16), (7, 8, 7), (24, 6, 4)])
-def test_greedy_rounds_reproduce_autoregressive_decoding(overlap, budget, block_size, topk):
+def test_greedy_rounds_reproduce_autoregressive_decoding(overlap, budget, block_size, topk, compact_mask):
     outputs, accept_lengths, _ = run_rounds(
-        prompts=PROMPTS, budget=budget, block_size=block_size, topk=topk, overlap=overlap, rounds=8
+        prompts=PROMPTS, budget=budget, block_size=block_size, topk=topk, overlap=overlap, rounds=8,
+        compact_mask=compact_mask,
     )
     for prompt, out in zip(PROMPTS, outputs):
         assert out == ar_reference(prompt, len(out))
@@ -547,6 +565,23 @@ def test_prefill_and_idle_batches_are_dflashs(monkeypatch):
     assert seen == [ForwardMode.EXTEND, ForwardMode.IDLE]
 
 
+@pytest.mark.skipif(not hasattr(budget_mod.BudgetPolicy, "interrupted"),
+                    reason="this tree's auto policy does not hear of prefills")
+def test_a_prefill_between_decode_rounds_is_not_timed_as_one(monkeypatch):
+    monkeypatch.setattr(worker_mod.DFlashWorkerV2, "forward_batch_generation",
+                        lambda self, batch, on_publish=None, grammar_barrier=None, **_: "dflash")
+    w, _ = make_worker(bs=1, budget=31, block_size=8, topk=16, auto_widths=(8, 16, 32),
+                       costs=_costs((8, 16, 32), (4.0, 4.0, 40.0)))
+    w._policy.period_lag = 0  # without the overlap scheduler: the next start would time this round
+    w._policy.round_started(1.0)
+    w._policy.choose(1)
+    batch = make_batch([[1]], torch.tensor([2]), torch.tensor([1]))
+    batch.forward_mode = ForwardMode.EXTEND
+    w.forward_batch_generation(batch)
+    w._policy.round_started(9.0)  # eight seconds later, a prefill in between: no decode round's period
+    assert w._policy.model.observations == 0 and w._policy._last_start == 9.0
+
+
 def test_hybrid_targets_commit_the_state_of_the_last_accepted_tree_node(monkeypatch):
     # The tree-aware commit gets the flat accept index: its step index is the accepted *node*.
     calls = []
@@ -588,15 +623,17 @@ def test_hybrid_targets_commit_the_state_of_the_last_accepted_tree_node(monkeypa
         assert int(tokens[b, int(last[b])]) == expected
 
 
+@MASKS
 @pytest.mark.parametrize("overlap", [False, True], ids=["non-overlap", "overlap"])
 @pytest.mark.parametrize("sampling", [None, (0.9, 1234)], ids=["greedy", "seeded-sampling"])
-def test_rounds_at_changing_widths_reproduce_autoregressive_decoding(overlap, sampling):
+def test_rounds_at_changing_widths_reproduce_autoregressive_decoding(overlap, sampling, compact_mask):
     # auto cuts the widest tree (B = 31) to the width the policy picks, round by round: every
-    # cut is a valid tree, the mask, walk, KV compaction and draft hand-off follow the width.
+    # cut is a valid tree, the mask, walk, KV compaction and draft hand-off follow the width
+    # (a compact mask is the cut tree's own strided visibility).
     widths = [8, 32, 16, 8, 16, 32]
     outputs, accept_lengths, w = run_rounds(
         prompts=PROMPTS, budget=31, block_size=8, topk=16, overlap=overlap, rounds=6, sampling=sampling,
-        widths=widths, auto_widths=(8, 16, 32), costs=budget_mod.CostTable(),
+        widths=widths, auto_widths=(8, 16, 32), costs=budget_mod.CostTable(), compact_mask=compact_mask,
     )
     for prompt, out in zip(PROMPTS, outputs):
         assert out == ar_reference(prompt, len(out), sampling)
@@ -635,6 +672,17 @@ def test_auto_verifies_the_width_the_policy_prefers_and_learns_from_the_rounds()
     expected = [w._policy.expected[width] for width in widths]
     assert expected == sorted(expected) and expected[0] > 0
     assert w._policy.calibration != 1.0
+
+
+@pytest.mark.skipif(not hasattr(worker_mod, "POLICY_LOG_EVERY"), reason="this tree's auto logs no summary")
+def test_auto_logs_its_choices_probes_and_cost_model_every_so_many_rounds(monkeypatch, caplog):
+    monkeypatch.setattr(worker_mod, "POLICY_LOG_EVERY", 2)
+    widths = (8, 16, 32)
+    with caplog.at_level("INFO", logger=worker_mod.logger.name):
+        run_rounds(prompts=PROMPTS, budget=31, block_size=8, topk=16, overlap=False, rounds=5,
+                   auto_widths=widths, costs=_costs(widths, (4.0, 4.0, 40.0)), accept_model={7: 3.0, 15: 5.0, 31: 6.0})
+    lines = [r.getMessage() for r in caplog.records if "DDTREE auto budget: rounds by width" in r.getMessage()]
+    assert len(lines) == 2 and "{16: 4}" in lines[-1] and "model from" in lines[-1]
 
 
 def test_an_auto_round_drafts_the_candidates_of_its_own_width(monkeypatch):
@@ -718,6 +766,8 @@ def test_the_test_only_broken_rule_runs_only_on_sampled_rounds_when_asked(monkey
     assert len(seen) == calls
 
 
+@pytest.mark.skipif(not hasattr(worker_mod.DDTreeWorkerV2, "_warm_topk_widths"),
+                    reason="this tree warms every round kernel variant instead (test_ddtree_round_kernel_warmup.py)")
 def test_auto_compiles_the_top_k_of_every_width_at_start(monkeypatch):
     # Each auto width drafts its own K (n - 1, at most the head's): the set-up runs the head once per width so
     # that no round compiles a top-K variant while serving.
@@ -738,3 +788,156 @@ def test_auto_compiles_the_top_k_of_every_width_at_start(monkeypatch):
     assert built == [1] and w._draft_topk is head
     assert [k for k, _ in asked] == [7, 15, 16]
     assert all(shape == (7, V) for _, shape in asked)  # the L - 1 drafted rows of one request
+
+
+# ---------------------------------------------------------------- the test-only broken rule, on every path
+
+class FlashAttentionBackend:
+    """The target attention backend of the compact-mask path, by fa3's class name."""
+
+
+#: Every path a sampled round takes to its accept: run_rounds arguments, and the width of each round.
+BROKEN_RULE_PATHS = {
+    "fixed-8": (dict(budget=7, block_size=8, topk=7), [8, 8, 8]),
+    "fixed-16": (dict(budget=15, block_size=8, topk=15), [16, 16, 16]),
+    "fixed-32": (dict(budget=31, block_size=8, topk=16), [32, 32, 32]),
+    # auto at each width it can choose: K = n - 1 drafted, the (n - 1)-node tree built directly (an accept
+    # table, so no round is a statistics round)
+    **{f"auto-{n}": (dict(budget=31, block_size=8, topk=16, widths=[n], auto_widths=(8, 16, 32),
+                          costs=budget_mod.CostTable(), accept_model={7: 3.0, 15: 5.0, 31: 6.0}), [n, n, n])
+       for n in (8, 16, 32)},
+    # auto without a table: round 0 grows the widest tree for the statistics, cut to the round's width
+    "auto-statistics-round": (dict(budget=31, block_size=8, topk=16, widths=[8], auto_widths=(8, 16, 32),
+                                   costs=budget_mod.CostTable()), [8, 8, 8]),
+}
+
+
+@MASKS
+@pytest.mark.parametrize("path", list(BROKEN_RULE_PATHS))
+@pytest.mark.parametrize("broken", [True, False], ids=["broken", "correct"])
+def test_the_broken_rule_acts_on_every_path_that_accepts_tokens(monkeypatch, path, broken, compact_mask):
+    # SGLANG_DDTREE_TEST_BROKEN_ACCEPT must reach every sampled round, whatever chose its width and tree and
+    # whichever mask the verify read (triton's FULL_MASK, fa3's compact mask): the walk takes the rule's
+    # tokens, and the output leaves seeded autoregressive sampling; without it the same rounds reproduce it.
+    arguments, widths = BROKEN_RULE_PATHS[path]
+    rule, walk = worker_mod._broken_acceptance, worker_mod.ddtree_verify_round
+    ruled, walked, stats_rounds = [], [], []
+
+    def recording_rule(tree, tokens):
+        out = rule(tree, tokens)
+        ruled.append((tree.num_verify_tokens, tuple(tokens.shape), out))
+        return out
+
+    def recording_walk(tree, *args, **kwargs):
+        walked.append(kwargs.get("target_tokens"))
+        return walk(tree, *args, **kwargs)
+
+    def backend(w):
+        if compact_mask:
+            w.model_runner.attn_backend = FlashAttentionBackend()
+
+    queue = RecordingWorker._queue_budget_stats
+    monkeypatch.setattr(RecordingWorker, "_queue_budget_stats",
+                        lambda self, tree: stats_rounds.append(tree.num_verify_tokens) or queue(self, tree))
+    monkeypatch.setattr(worker_mod, "_TEST_BROKEN_ACCEPT", broken)
+    monkeypatch.setattr(worker_mod, "_broken_acceptance", recording_rule)
+    monkeypatch.setattr(worker_mod, "ddtree_verify_round", recording_walk)
+    torch.manual_seed(0)  # the rule's coin flips
+    outputs, _, w = run_rounds(prompts=PROMPTS, overlap=False, rounds=3, sampling=(0.9, 1234), setup=backend,
+                               compact_mask=compact_mask, **arguments)
+    assert w.models.widths == widths
+    if path == "auto-statistics-round":
+        assert stats_rounds == [32]  # the widest tree, built for the statistics, then cut to the round's 8
+    reference = [ar_reference(prompt, len(out), sampling=(0.9, 1234))
+                 for prompt, out in zip(PROMPTS, outputs, strict=True)]
+    if not broken:
+        assert ruled == [] and outputs == reference
+        return
+    assert [(n, shape) for n, shape, _ in ruled] == [(n, (len(PROMPTS), n)) for n in widths]
+    assert all(torch.equal(tokens, out) for tokens, (_, _, out) in zip(walked, ruled, strict=True))
+    assert outputs != reference  # the rule changed what was accepted
+
+
+def _self_calls(function: ast.FunctionDef) -> set[str]:
+    return {n.func.attr for n in ast.walk(function) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"}
+
+
+def _name_calls(function: ast.FunctionDef) -> set[str]:
+    return {n.func.id for n in ast.walk(function) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+
+
+def test_one_method_accepts_the_serving_rounds_tokens_and_holds_the_broken_rule():
+    # A path that accepted tokens elsewhere (another backend's verify, say) would escape the rule: of every
+    # method a decode round reaches, only DDTreeWorkerV2._verify_round calls the walk, and the rule is
+    # called there and nowhere else in the worker module.
+    module = ast.parse(inspect.getsource(worker_mod))
+    worker = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "DDTreeWorkerV2")
+    methods = {n.name: n for n in worker.body if isinstance(n, ast.FunctionDef)}
+    reached, todo = set(), ["forward_batch_generation"]
+    while todo:
+        name = todo.pop()
+        if name in methods and name not in reached:
+            reached.add(name)
+            todo += sorted(_self_calls(methods[name]))
+    assert {"_forward_decode", "_verify_round"} <= reached
+    walking = {name for name in reached if "ddtree_verify_round" in _name_calls(methods[name])}
+    assert walking == {"_verify_round"}
+    functions = [n for n in ast.walk(module) if isinstance(n, ast.FunctionDef)]
+    assert [f.name for f in functions if "_broken_acceptance" in _name_calls(f)] == ["_verify_round"]
+
+
+# ---------------------------------------------------------------- rounds and tokens that went through the tree
+
+tree_usage = pytest.mark.skipif(not hasattr(worker_mod, "ddtree_tree_usage"),
+                                reason="this tree's worker does not count tree rounds (ddtree_tree_usage)")
+
+
+def _tree(parents: list[int]):
+    real = sum(p >= 0 for p in parents)  # the root's parent and the padding's are -1
+    return SimpleNamespace(parents=torch.tensor([parents]), num_nodes=torch.tensor([real]))
+
+
+def _accept(path: list[int], depth: int = 4):
+    index = path + [-1] * (depth + 1 - len(path))
+    return SimpleNamespace(accept_index=torch.tensor([index]), accept_length=torch.tensor([len(path) - 1]))
+
+
+@tree_usage
+@pytest.mark.parametrize(("parents", "path", "counts"), [
+    ([-1, 0, 1, 2], [0, 1, 2, 3], [0, 0, 0, 3]),  # a chain: nothing branched, every token on it
+    ([-1, 0, 0, 1, 2], [0, 1, 3], [1, 0, 0, 2]),  # branched, the path stayed on the first children
+    ([-1, 0, 0, 1, 2], [0, 2, 4], [1, 1, 2, 2]),  # took the root's second child: both tokens off the chain
+    ([-1, 0, 1, 1, 3], [0, 1, 3, 4], [1, 1, 2, 3]),  # left the chain at depth 2: the last two tokens
+    ([-1, 0, 0, -1, -1], [0], [1, 0, 0, 0]),  # padding (parent -1) is no sibling of anything
+    ([-1, 0, 1, -1, -1], [0, 1, 2], [0, 0, 0, 2]),  # a padded chain
+])
+def test_tree_usage_counts_branched_trees_and_tokens_off_the_chain(parents, path, counts):
+    usage = worker_mod.ddtree_tree_usage(_tree(parents), _accept(path))
+    assert usage.tolist() == counts and worker_mod.TREE_USAGE_FIELDS[1] == "off_chain"
+
+
+@tree_usage
+def test_timed_rounds_carry_the_tree_counts_and_a_chain_shows_none(tmp_path):
+    # With the phase timer on, each DDTREE round's line says how many requests verified a branching tree
+    # and accepted tokens a chain would not have; a one-wide tree (K = 1, DFLASH's chain) shows none.
+    def timed(w):
+        w._phases = phase_mod.RoundPhaseTimer("DDTREE", str(tmp_path / f"{w.ddtree_topk}.jsonl"), "cpu")
+
+    lines = {}
+    for topk in (16, 1):
+        budget = 16 if topk > 1 else 7
+        _, lengths, w = run_rounds(prompts=PROMPTS, budget=budget, block_size=8, topk=topk, overlap=True, rounds=4,
+                                   setup=timed)
+        w._phases.flush()
+        w._phases.start(1)  # a later round reads the last one back
+        w._phases.flush()
+        lines[topk] = [json.loads(line) for line in (tmp_path / f"{topk}.jsonl").read_text().splitlines()]
+        assert len(lines[topk]) == 4 and all(len(line["tree"]) == 4 for line in lines[topk])
+        totals = [sum(line["tree"][i] for line in lines[topk]) for i in range(4)]
+        assert totals[3] == sum(lengths) - len(lengths)  # every drafted token accepted (commits less the bonus)
+    tree_totals = [sum(line["tree"][i] for line in lines[16]) for i in range(4)]
+    assert tree_totals[0] == 4 * len(PROMPTS)  # every tree branched
+    assert tree_totals[1] > 0 and 0 < tree_totals[2] <= tree_totals[3]  # the drafter's top-1 is wrong at times
+    chain_totals = [sum(line["tree"][i] for line in lines[1]) for i in range(4)]
+    assert chain_totals[:3] == [0, 0, 0] and chain_totals[3] > 0

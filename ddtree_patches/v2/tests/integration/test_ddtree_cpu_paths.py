@@ -35,9 +35,69 @@ def test_ddtree_is_recognised_before_the_hook_normalises_its_name(algorithm, ask
     assert record(speculative_algorithm=algorithm)._is_ddtree_requested() is asked
 
 
+def model(**fields):
+    """The ModelConfig fields the default-backend choice reads: a dense Qwen3 unless told otherwise."""
+    values = dict(has_attention_sinks=False, is_local_attention_model=False, sliding_window_size=None,
+                  hf_text_config=SimpleNamespace(), hf_config=SimpleNamespace(architectures=["Qwen3ForCausalLM"]),
+                  has_asymmetric_kv=False)
+    values.update(fields)
+    return SimpleNamespace(**values)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """Which GPU family the default-backend choice sees: 'hopper' (H100/H200), 'sm120' (RTX PRO 6000)."""
+    from sglang.srt import server_args as server_args_mod
+
+    def set_family(family: str) -> None:
+        monkeypatch.setattr(server_args_mod, "is_hopper_with_cuda_12_3", lambda: family == "hopper")
+        monkeypatch.setattr(server_args_mod, "is_sm100_supported", lambda *a: False)
+        monkeypatch.setattr(server_args_mod, "is_sm120_supported", lambda *a: family == "sm120")
+        monkeypatch.setattr(server_args_mod, "is_flashinfer_available", lambda: True)
+
+    return set_family
+
+
 def test_the_default_attention_backend_of_ddtree_applies_the_tree_mask():
     assert record(speculative_algorithm="ddtree", speculative_eagle_topk=4)._get_default_attn_backend(False, None) \
         == "triton"
+
+
+def test_ddtree_gets_fa3_on_hopper_where_dflash_does(gpu):
+    gpu("hopper")
+    assert record(speculative_algorithm="DDTREE")._get_default_attn_backend(False, model()) == "fa3"
+    assert record(speculative_algorithm="DFLASH", speculative_eagle_topk=1)._get_default_attn_backend(
+        False, model()) == "fa3"
+
+
+@pytest.mark.parametrize(("mla", "fields"), [
+    (True, {}),  # MLA: the fa3 tree verify is dense MHA only
+    (False, {"sliding_window_size": 4096}),  # a model that uses a sliding window
+    (False, {"is_local_attention_model": True}),
+    (False, {"has_attention_sinks": True}),
+])
+def test_on_hopper_a_model_the_fa3_tree_verify_does_not_cover_gets_triton(gpu, mla, fields):
+    gpu("hopper")
+    assert record(speculative_algorithm="DDTREE")._get_default_attn_backend(mla, model(**fields)) == "triton"
+
+
+def test_a_sliding_window_the_model_does_not_use_keeps_fa3(gpu):
+    gpu("hopper")  # Qwen2.5-style configs name a window and switch it off
+    config = model(sliding_window_size=131072, hf_text_config=SimpleNamespace(use_sliding_window=False))
+    assert record(speculative_algorithm="DDTREE")._get_default_attn_backend(False, config) == "fa3"
+
+
+def test_on_an_rtx_pro_6000_ddtree_gets_triton_while_dflash_gets_flashinfer(gpu):
+    # sm120: DFLASH's default is flashinfer (trtllm_mha does not run there); flashinfer plans every
+    # verify on the host and trtllm_mha's XQA path has no tree mask, so DDTREE takes triton, and both
+    # are refused when named.
+    gpu("sm120")
+    assert record(speculative_algorithm="DFLASH", speculative_eagle_topk=1)._get_default_attn_backend(
+        False, model()) == "flashinfer"
+    assert record(speculative_algorithm="DDTREE")._get_default_attn_backend(False, model()) == "triton"
+    for named in ("flashinfer", "trtllm_mha"):
+        with pytest.raises(ValueError, match="does not apply the tree mask"):
+            speculative_hook._check_ddtree_attention_backends(record(attention_backend=named, page_size=1))
 
 
 def test_deterministic_inference_without_a_backend_falls_back_to_triton_for_ddtree():
@@ -89,12 +149,28 @@ def test_features_the_tree_verify_cannot_serve_are_refused(fields, flag):
     assert flag in str(raised.value)
 
 
-def test_triton_on_both_roles_applies_the_tree_mask():
-    speculative_hook._check_ddtree_attention_backends(record(attention_backend="triton", page_size=1))
+@pytest.mark.parametrize("backend", ["triton", "fa3"])
+def test_triton_or_fa3_on_both_roles_applies_the_tree_mask(monkeypatch, backend):
+    monkeypatch.setattr(ServerArgs, "use_mla_backend", lambda self: False)  # a dense model (no config here)
+    speculative_hook._check_ddtree_attention_backends(record(attention_backend=backend, page_size=1))
+
+
+@pytest.mark.parametrize(("blackwell", "mla", "message"), [
+    (True, False, "'fa3' does not run on Blackwell GPUs"),
+    (False, True, "verifies the tree of dense (MHA) models only"),
+])
+def test_fa3_is_refused_where_its_tree_verify_cannot_run(monkeypatch, blackwell, mla, message):
+    from sglang.srt import server_args as server_args_mod
+
+    monkeypatch.setattr(server_args_mod, "is_blackwell_supported", lambda: blackwell)
+    monkeypatch.setattr(ServerArgs, "use_mla_backend", lambda self: mla)
+    with pytest.raises(ValueError, match="pass --attention-backend triton") as refused:
+        speculative_hook._check_ddtree_attention_backends(record(attention_backend="fa3", page_size=1))
+    assert message in str(refused.value)
 
 
 @pytest.mark.parametrize(("fields", "message"), [
-    ({"attention_backend": "fa3"}, "prefill attention backend 'fa3' does not apply the tree mask"),
+    ({"attention_backend": "trtllm_mha"}, "prefill attention backend 'trtllm_mha' does not apply the tree mask"),
     ({"attention_backend": "triton", "decode_attention_backend": "flashinfer"},
      "decode attention backend 'flashinfer' does not apply the tree mask"),
     ({"attention_backend": "triton", "page_size": 16}, "requires --page-size 1"),

@@ -1,5 +1,6 @@
 """Small CPU paths of the set that the round and kernel tests do not reach: the DDTREE branches of the
-attention-backend defaults (server args, deterministic inference), the draft top-K head's CUDA-graph
+attention-backend defaults (server args: fa3 on Hopper for dense MHA models, triton elsewhere;
+deterministic inference), the draft top-K head's CUDA-graph
 tail hook run eagerly, and the refusals of the round and the request gate.
 
 Each runs the patched tree's own function; only its inputs are built here.
@@ -27,6 +28,62 @@ def test_ddtree_is_recognised_before_the_hook_normalises_its_name(algorithm, ask
 def test_the_default_attention_backend_of_ddtree_applies_the_tree_mask(use_mla):
     record = ServerArgs(model_path="toy", speculative_algorithm="ddtree", speculative_eagle_topk=1)
     assert model_override_base.get_default_attn_backend(record, use_mla, None) == "triton"
+
+
+def model(**fields):
+    """The ModelConfig fields the default-backend choice reads: a dense Qwen3 unless told otherwise."""
+    values = dict(has_attention_sinks=False, is_local_attention_model=False, sliding_window_size=None,
+                  hf_text_config=SimpleNamespace(), hf_config=SimpleNamespace(architectures=["Qwen3ForCausalLM"]),
+                  has_asymmetric_kv=False)
+    values.update(fields)
+    return SimpleNamespace(**values)
+
+
+def gpu(family: str):
+    """The GPU family the default-backend choice sees (0.5.23 reads it from the platform context):
+    'hopper' (H100 / H200) or 'sm120' (RTX PRO 6000)."""
+    from sglang.srt.runtime_context import override_platform
+
+    return override_platform(is_hopper_with_cuda_12_3=family == "hopper", is_sm100=False,
+                             is_sm120=family == "sm120", is_blackwell=family == "sm120", is_hip=False,
+                             has_flashinfer=True)
+
+
+def default_backend(algorithm: str, mla: bool = False, config=None, **fields) -> str:
+    record = ServerArgs(model_path="toy", speculative_algorithm=algorithm, **fields)
+    return model_override_base.get_default_attn_backend(record, mla, config if config is not None else model())
+
+
+def test_ddtree_gets_fa3_on_hopper_where_dflash_does():
+    with gpu("hopper"):
+        assert default_backend("DDTREE") == "fa3"
+        assert default_backend("DFLASH", speculative_eagle_topk=1) == "fa3"
+
+
+@pytest.mark.parametrize(("mla", "fields"), [
+    (True, {}),  # MLA: the fa3 tree verify is dense MHA only
+    (False, {"sliding_window_size": 4096}),  # a model that uses a sliding window
+    (False, {"is_local_attention_model": True}),
+    (False, {"has_attention_sinks": True}),
+])
+def test_on_hopper_a_model_the_fa3_tree_verify_does_not_cover_gets_triton(mla, fields):
+    with gpu("hopper"):
+        assert default_backend("DDTREE", mla, model(**fields)) == "triton"
+
+
+def test_a_sliding_window_the_model_does_not_use_keeps_fa3():
+    # Qwen2.5-style configs name a window and switch it off
+    config = model(sliding_window_size=131072, hf_text_config=SimpleNamespace(use_sliding_window=False))
+    with gpu("hopper"):
+        assert default_backend("DDTREE", False, config) == "fa3"
+
+
+def test_on_an_rtx_pro_6000_ddtree_gets_triton_while_dflash_gets_flashinfer():
+    # sm120: DFLASH's default is flashinfer; flashinfer plans every verify on the host and trtllm_mha's
+    # XQA path has no tree mask, so DDTREE takes triton (both are refused when named: the hook's tests)
+    with gpu("sm120"):
+        assert default_backend("DFLASH", speculative_eagle_topk=1) == "flashinfer"
+        assert default_backend("DDTREE") == "triton"
 
 
 def test_deterministic_inference_without_a_backend_falls_back_to_triton_for_ddtree():

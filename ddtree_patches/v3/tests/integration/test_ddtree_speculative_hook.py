@@ -105,6 +105,38 @@ def test_what_ddtree_cannot_serve_is_refused_naming_the_flag(fields, message):
     assert message in str(refused.value)
 
 
+@pytest.mark.parametrize("backend", ["triton", "fa3"])
+def test_triton_or_fa3_on_both_roles_applies_the_tree_mask(monkeypatch, backend):
+    monkeypatch.setattr(hook, "use_mla_backend", lambda args: False)  # a dense model (no config here)
+    hook._check_ddtree_attention_backends(ddtree_args(attention_backend=backend, page_size=1))
+
+
+@pytest.mark.parametrize(("blackwell", "mla", "message"), [
+    (True, False, "'fa3' does not run on Blackwell GPUs"),
+    (False, True, "verifies the tree of dense (MHA) models only"),
+])
+def test_fa3_is_refused_where_its_tree_verify_cannot_run(monkeypatch, blackwell, mla, message):
+    from sglang.srt.runtime_context import override_platform
+
+    monkeypatch.setattr(hook, "use_mla_backend", lambda args: mla)
+    with override_platform(is_blackwell=blackwell), pytest.raises(ValueError, match="pass --attention-backend triton") \
+            as refused:
+        hook._check_ddtree_attention_backends(ddtree_args(attention_backend="fa3", page_size=1))
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize("named", ["flashinfer", "trtllm_mha"])
+def test_on_an_rtx_pro_6000_the_backends_dflash_may_take_are_refused_for_ddtree(named):
+    # flashinfer (sm120's default for DFLASH) plans every verify on the host; trtllm_mha, which 0.5.23 runs
+    # on sm120, has no tree mask there
+    from sglang.srt.runtime_context import override_platform
+
+    with override_platform(is_sm120=True, is_blackwell=True), pytest.raises(ValueError) as refused:
+        hook._check_ddtree_attention_backends(ddtree_args(attention_backend=named, page_size=1))
+    assert f"attention backend '{named}' does not apply the tree mask" in str(refused.value)
+    assert "pass --attention-backend fa3 (Hopper) or triton" in str(refused.value)
+
+
 @pytest.mark.parametrize(("algorithm", "backend"), [("DDTREE", "triton"), ("EAGLE", "fa3")])
 def test_deterministic_inference_without_a_backend_takes_the_tree_mask_backend_for_ddtree(algorithm, backend):
     from sglang.srt.arg_groups.overrides import _deterministic_attention_backend

@@ -127,3 +127,23 @@ def test_an_inconsistent_record_is_refused_before_the_draft_model_loads(monkeypa
     with pytest.raises(ValueError, match="--page-size 1"):
         worker_mod.DDTreeWorkerV2(server_args(page_size=4), 0, 0, target_worker())
     assert seen == []
+
+
+def test_the_worker_reads_the_widths_resolution_declared_not_the_operators_record(monkeypatch):
+    """0.5.23's record keeps what the operator passed; the speculative hook declares the page size, the
+    draft block and the verify width on it. A server started with none of them given must get those."""
+    from sglang.srt.arg_groups.overrides import declare_resolution
+
+    record = server_args(page_size=None, speculative_num_draft_tokens=None, speculative_dflash_block_size=None)
+    declare_resolution(record, "speculative_hook", page_size=1, speculative_num_draft_tokens=9,
+                       speculative_dflash_block_size=4)
+    seen: list = []
+    monkeypatch.setattr(DFlashWorkerV2, "__init__", recording_init(seen))
+    get_context().set_server_args(record)
+    try:
+        worker = worker_mod.DDTreeWorkerV2(record, 0, 0, target_worker())
+    finally:
+        reset_context()
+    assert (worker.budget, worker.verify_width, worker.draft_block_size, worker.ddtree_topk) == (8, 9, 4, 8)
+    assert [(s["num_draft_tokens"], s["topk"]) for s in seen] == [(4, 1)]
+    assert record.speculative_num_draft_tokens is None  # the record itself is untouched

@@ -48,7 +48,7 @@ TREE=$PATCHKIT_HOME/trees/sglang-0.5.17
 MARK=$PK/.setup-done
 TARGET=${GO_TARGET:-$TREE}
 ACCEPT=$SRC/benchmarks/acceptance/ddtree-paper-qwen3-8b-math500.toml
-STEPS_KNOWN="fa3check fa3kernels fa3pair8b fa3triton8b fa3dflash8b fa3tree8b fa3flashinfer8b fa3shape17 fa3lossless fa3sampling fa3samplingfixed kernels shape1 shape2 shape3 shape4 toy16 lossless sampling tree phases8b phasestoy hotpath auto8b autotree samplingauto samplingbroken paritytoy parity17 parity8b auto17 autotoy backends8b losslessauto radix"
+STEPS_KNOWN="fa3check fa3kernels fa3pair8b fa3triton8b fa3dflash8b fa3tree8b fa3flashinfer8b fa3shape17 fa3lossless fa3sampling fa3samplingfixed fa3samplingcontrol kernels shape1 shape2 shape3 shape4 toy16 lossless sampling tree phases8b phasestoy hotpath auto8b autotree samplingauto samplingbroken paritytoy parity17 parity8b auto17 autotoy backends8b losslessauto radix"
 TM=(--skip-tokenizer-init --sampling-backend pytorch --grammar-backend none)   # the H200 smoke's flags
 
 now() { date +%s; }
@@ -450,6 +450,14 @@ fa3_sampling() {  # fa3_sampling TAG BUDGETS PORT: the T = 1 check on fa3 (tree-
 }
 step_fa3sampling() { fa3_sampling fa3sampling auto 30166; }        # DDTREE auto
 step_fa3samplingfixed() { fa3_sampling fa3samplingfixed 15 30168; }  # DDTREE at a fixed B = 15
+step_fa3samplingcontrol() {  # the broken control alone (auto): it must FAIL (rc 1), for a call too short for both
+  models "$PK/mtree" --profile tree || { STEP_RC=1; return; }
+  SGLANG_DDTREE_TEST_BROKEN_ACCEPT=1 bench fa3samplingcontrol "$PK/mtree" 30167 --sampling \
+    --variants baseline-fa3,ddtree-fa3 --budgets auto --samples 384 --concurrency 32 -- "${FA3X[@]}" \
+    --mem-fraction-static 0.25 --max-running-requests 32
+  if [ "$STEP_RC" -eq 1 ]; then echo "  T=1 (auto): broken control FAIL, as required"; STEP_RC=0
+  else echo "  T=1 (auto): broken control rc=$STEP_RC: it must fail (rc 1)"; STEP_RC=1; fi
+}
 
 step_hotpath() {  # the DDTree kernels alone (no server), at the batch sizes of the bench
   local left=$(( DEADLINE - $(now) - 30 ))

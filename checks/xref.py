@@ -525,8 +525,67 @@ def _fields_example(name: str, worker: str, expect: str | None = None) -> Exampl
     return Example(name=name, files=files, passes=expect is None, expect=expect, config=_FIELDS_CONFIG)
 
 
+# A self attribute set lazily (checks/_xref/selfinit.py): issue 37's DDTreeWorkerV2._kv_rows.
+_KV = "python/pkg/kv_worker.py"
+_KV_SRC = '''\
+from typing import Optional
+
+
+class Base:
+    def __init__(self):
+        self.pool = [4, 8]
+
+
+class KVWorker(Base):
+    scale = 2
+
+    def __init__(self):
+        super().__init__()
+        self._kv_rows: Optional[int] = None
+        self._setup()
+
+    def _setup(self):
+        self.width = 3
+
+    def kv_row_bytes(self):
+        if self._kv_rows is None:
+            self._kv_rows = max(self.pool) * self.scale * self.width
+        return self._kv_rows
+
+    def total(self):
+        count = len(self.pool)
+        self.last = count
+        return self.last + count
+'''
+_KV_INIT = "        self._kv_rows: Optional[int] = None\n"
+
+
+def _init_example(name: str, source: str, expect: str | None = None) -> Example:
+    return Example(name=name, files={_PKG: "", _KV: source}, passes=expect is None, expect=expect)
+
+
+_INIT_EXAMPLES: tuple[Example, ...] = (
+    _init_example("lazily set attribute initialised in __init__", _KV_SRC),
+    _init_example("lazily set attribute __init__ never initialises", _KV_SRC.replace(_KV_INIT, ""),
+                  "`self._kv_rows` is read here, but no method of KVWorker assigns it before this read and "
+                  "__init__ never sets it"),
+    _init_example("lazily set attribute initialised by the base class",
+                  _KV_SRC.replace(_KV_INIT, "").replace("        self.pool = [4, 8]\n",
+                                                        "        self.pool = [4, 8]\n        self._kv_rows = None\n")),
+    _init_example("lazily set attribute with a class-level default",
+                  _KV_SRC.replace(_KV_INIT, "").replace("    scale = 2\n", "    scale = 2\n    _kv_rows = None\n")),
+    _init_example("lazily set attribute initialised by a method __init__ calls",
+                  _KV_SRC.replace(_KV_INIT, "").replace("        self.width = 3\n",
+                                                        "        self.width = 3\n        self._kv_rows = None\n")),
+    _init_example("lazily set attribute guarded by hasattr",
+                  _KV_SRC.replace(_KV_INIT, "").replace("if self._kv_rows is None:",
+                                                        'if not hasattr(self, "_kv_rows"):')),
+)
+
+
 EXAMPLES: tuple[Example, ...] = (
     *_FAMILY_EXAMPLES,
+    *_INIT_EXAMPLES,
     _fields_example("server args fields, setters and dict keys that exist", _WORKER_SRC),
     _fields_example("a misspelt field read on server_args",
                     _WORKER_SRC.replace("server_args.page_size)", "server_args.page_sise)"),

@@ -210,7 +210,7 @@ class SelfInitRule:
         inits = [q for q, _fn in view.functions.get("__init__", [])]
         init = inits[0] if inits else f"{cls}.__init__"
         later = sorted(e[2] for e in _events(fn) if e[0] == "store" and e[1] == attr and e[2] >= line)
-        after = f" at line {later[0]}, after this read" if later else " only on another path"
+        after = f" at line {later[0]}, after this read" if later else " on another path than this read's"
         via = ""
         if view.getattr_owner:
             sources = ", ".join(s.qualname for s in view.sources)

@@ -18,8 +18,14 @@ Findings (errors):
 On the lines the series adds, names outside the family are checked too (``checks/_xref/names.py``):
 ``self.X`` reads resolve in the class, its bases or its declared dynamic source
 (``[verify.xref] dynamic``), attributes on values of a known type are fields of that type (or of a
-class an earlier ``isinstance`` check narrows the value to), and a method without ``@property`` used
-as a value is reported at its ``def``.
+class an earlier ``isinstance`` check narrows the value to), a method without ``@property`` used
+as a value is reported at its ``def``, and a ``self`` attribute that only the reading method assigns,
+after the read, while construction never sets it (a lazily set attribute whose ``__init__`` line went
+missing) is reported at the read (``checks/_xref/selfinit.py``).
+
+A touched file that does not compile has no facts: the compile gate reports it, and this gate says in
+one warning at its line what it did not check there, including whether a family name the file
+mentions is used (a use there cannot be seen, so the name is not reported as never called).
 
 :func:`symbol_table` returns where each family symbol is defined, imported and used.
 """
@@ -32,6 +38,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from patchkit.checks._uncompiled import mentioning, skipped, uncompiled
 from patchkit.checks._xref.model import Model, Ref, bind_problems
 from patchkit.checks._xref.names import AddedCodeRules
 from patchkit.index import (
@@ -79,6 +86,7 @@ class _Run:
     facts: list[dict[str, Any]]
     findings: list[Finding]
     set_facts: list[dict[str, Any]]  # the set's own tests: their uses count, they are not checked
+    unjudged: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # uncompiled file -> what it hid
 
     def add(self, file: str, line: int | None, message: str, hint: str | None = None) -> None:
         self.findings.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line, message=message,
@@ -117,6 +125,11 @@ def _set_test_facts(ctx: VerifyContext) -> list[dict[str, Any]]:
 
 def run(ctx: VerifyContext) -> list[Finding]:
     state = _build(ctx)
+    # a touched file that does not compile has no facts: the compile gate reports it, this gate says once
+    # what it could not check there (and leaves unjudged a name whose only use may be in it)
+    broken = {rel: problem for rel, problem in uncompiled(ctx).items() if rel in state.files}
+    for rel in broken:
+        state.unjudged[rel] = ["its imports, attributes, calls and self attributes"]
     for facts in state.facts:
         _check_imports(state, facts)
         _check_attributes(state, facts)
@@ -125,13 +138,15 @@ def run(ctx: VerifyContext) -> list[Finding]:
     _check_added_code(state)
     # a use path outside the set that is missing was reported when the set was loaded: without its uses,
     # "never called" would be that same cause again
-    skipped = set(ctx.gate_config(NAME).get("use_paths", [])) & ctx.missing_references
-    if ctx.gate_config(NAME).get("check_unused", True) and not skipped:
+    missing_uses = set(ctx.gate_config(NAME).get("use_paths", [])) & ctx.missing_references
+    if ctx.gate_config(NAME).get("check_unused", True) and not missing_uses:
         _check_unused(state)
-    elif skipped:
+    elif missing_uses:
         state.findings.append(Finding(gate=NAME, severity=Severity.INFO, file="", line=None,
-                                      message=f"unused family names not judged: the uses in {sorted(skipped)} are "
+                                      message=f"unused family names not judged: the uses in {sorted(missing_uses)} are "
                                       "missing (reported when the set was loaded)"))
+    for rel, problem in broken.items():
+        state.findings.append(skipped(NAME, problem, state.unjudged[rel]))
     symbols = _symbols(state)
     # how warm the fact cache was is progress, not a finding: a finding depends on the tree alone
     ctx.progress(f"{len(state.index.parsed)} file(s) parsed, the rest read from the fact cache")
@@ -274,6 +289,15 @@ def _check_self_reads(state: _Run, facts: dict[str, Any]) -> None:
                       f"assign self.{attr} (e.g. in __init__) or fix the name")
 
 
+def _hidden_use(state: _Run, name: str) -> bool:
+    """Whether a touched file that does not compile mentions ``name``: a use there cannot be seen, so
+    whether the name is used is not judged (the file's note says so)."""
+    hiding = [problem for problem in mentioning(state.ctx, name) if problem.file in state.unjudged]
+    for problem in hiding:
+        state.unjudged[problem.file].append(f"whether {name} is used")
+    return bool(hiding)
+
+
 def _check_unused(state: _Run) -> None:
     # [verify.xref] allow_unused = { name = "reason" }: API kept on purpose (e.g. only the set's tests call it)
     allowed = state.ctx.gate_config(NAME).get("allow_unused", {})
@@ -283,7 +307,8 @@ def _check_unused(state: _Run) -> None:
             name = cls["name"]
             if not state.family.search(name) or state.model.members(Ref("class", facts["module"], qual)).is_enum:
                 continue
-            if uses["instantiate"][name] == 0 and uses["subclass"][name] == 0 and name not in allowed:
+            if (uses["instantiate"][name] == 0 and uses["subclass"][name] == 0 and name not in allowed
+                    and not _hidden_use(state, name)):
                 where = uses["import_places"][name]
                 file, line = (where[0].file, where[0].line) if where else (facts["path"], cls["line"])
                 verb = "imported" if where else "defined"
@@ -294,7 +319,7 @@ def _check_unused(state: _Run) -> None:
             if (not state.family.search(name) or fn["nested"] or _NEVER_CALLED_EXEMPT.match(name)
                     or any(d not in ("staticmethod", "classmethod") for d in fn["decorators"])):
                 continue
-            if uses["reference"][name] <= 0 and name not in allowed:
+            if uses["reference"][name] <= 0 and name not in allowed and not _hidden_use(state, name):
                 state.add(facts["path"], fn["line"], f"family function {qual} is never called",
                           "call it where it is meant to be used, or remove it")
 
@@ -525,8 +550,67 @@ def _fields_example(name: str, worker: str, expect: str | None = None) -> Exampl
     return Example(name=name, files=files, passes=expect is None, expect=expect, config=_FIELDS_CONFIG)
 
 
+# A self attribute set lazily (checks/_xref/selfinit.py): issue 37's DDTreeWorkerV2._kv_rows.
+_KV = "python/pkg/kv_worker.py"
+_KV_SRC = '''\
+from typing import Optional
+
+
+class Base:
+    def __init__(self):
+        self.pool = [4, 8]
+
+
+class KVWorker(Base):
+    scale = 2
+
+    def __init__(self):
+        super().__init__()
+        self._kv_rows: Optional[int] = None
+        self._setup()
+
+    def _setup(self):
+        self.width = 3
+
+    def kv_row_bytes(self):
+        if self._kv_rows is None:
+            self._kv_rows = max(self.pool) * self.scale * self.width
+        return self._kv_rows
+
+    def total(self):
+        count = len(self.pool)
+        self.last = count
+        return self.last + count
+'''
+_KV_INIT = "        self._kv_rows: Optional[int] = None\n"
+
+
+def _init_example(name: str, source: str, expect: str | None = None) -> Example:
+    return Example(name=name, files={_PKG: "", _KV: source}, passes=expect is None, expect=expect)
+
+
+_INIT_EXAMPLES: tuple[Example, ...] = (
+    _init_example("lazily set attribute initialised in __init__", _KV_SRC),
+    _init_example("lazily set attribute __init__ never initialises", _KV_SRC.replace(_KV_INIT, ""),
+                  "`self._kv_rows` is read here, but no method of KVWorker assigns it before this read and "
+                  "__init__ never sets it"),
+    _init_example("lazily set attribute initialised by the base class",
+                  _KV_SRC.replace(_KV_INIT, "").replace("        self.pool = [4, 8]\n",
+                                                        "        self.pool = [4, 8]\n        self._kv_rows = None\n")),
+    _init_example("lazily set attribute with a class-level default",
+                  _KV_SRC.replace(_KV_INIT, "").replace("    scale = 2\n", "    scale = 2\n    _kv_rows = None\n")),
+    _init_example("lazily set attribute initialised by a method __init__ calls",
+                  _KV_SRC.replace(_KV_INIT, "").replace("        self.width = 3\n",
+                                                        "        self.width = 3\n        self._kv_rows = None\n")),
+    _init_example("lazily set attribute guarded by hasattr",
+                  _KV_SRC.replace(_KV_INIT, "").replace("if self._kv_rows is None:",
+                                                        'if not hasattr(self, "_kv_rows"):')),
+)
+
+
 EXAMPLES: tuple[Example, ...] = (
     *_FAMILY_EXAMPLES,
+    *_INIT_EXAMPLES,
     _fields_example("server args fields, setters and dict keys that exist", _WORKER_SRC),
     _fields_example("a misspelt field read on server_args",
                     _WORKER_SRC.replace("server_args.page_size)", "server_args.page_sise)"),

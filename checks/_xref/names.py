@@ -17,7 +17,9 @@ the set does not own, never produces a finding:
   not tracked, so X is reported only when none of them defines it;
 - a method without ``@property`` read as a value (an operand, ``range()``'s argument, a loop's
   iterable, directly or through one local): reported at the method's own ``def``, where the decorator
-  went missing.
+  went missing;
+- ``self.X`` read before anything assigns it, where X exists but ``__init__`` never sets it (a lazily
+  set attribute whose initialisation went missing; ``selfinit.py``, family names included).
 
 Whenever a type or a class's members cannot be known from the index (a base outside the tree, a
 class that sets attributes with ``setattr``), the rule says nothing.
@@ -32,6 +34,7 @@ from typing import Any
 
 from patchkit.checks._xref.fields import FieldClasses, FieldRules
 from patchkit.checks._xref.model import Members, Model, Ref
+from patchkit.checks._xref.selfinit import SelfInitRule
 
 PROPERTY_DECORATORS = frozenset({"property", "cached_property", "functools.cached_property"})
 _OPTIONAL = re.compile(r"^(?:typing\.)?Optional\[(.*)\]$")
@@ -194,7 +197,7 @@ def class_of(facts: dict[str, Any], scope: str) -> str | None:
 
 
 class AddedCodeRules:
-    """The three rules of the module docstring over the added lines of the touched files."""
+    """The rules of the module docstring over the added lines of the touched files."""
 
     def __init__(self, model: Model, config: dict[str, Any], family: Callable[[str], Any]):
         self.model = model
@@ -206,6 +209,7 @@ class AddedCodeRules:
         self.family = family  # family names keep their own (tree-wide) rule
         self.fields = FieldClasses(model, dict(config.get("fields", {})))
         self.field_rules = FieldRules(self.fields, self.types)
+        self.self_init = SelfInitRule(model, self)
 
     # -- members --------------------------------------------------------------------------------
     def _members(self, ref: Ref) -> Members:
@@ -217,9 +221,20 @@ class AddedCodeRules:
             chain = self.model.mro(ref)
         return any((self.model.class_facts(r) or {}).get("dynamic_self") for r in chain)
 
+    def getattr_owner(self, ref: Ref) -> Ref | None:
+        """The class whose ``__getattr__`` instances of ``ref`` use: ``ref`` or the first base with one."""
+        with self.model.loading():
+            chain = self.model.mro(ref)
+        return next((r for r in chain if {"__getattr__", "__getattribute__"} & set(
+            (self.model.class_facts(r) or {}).get("attrs", ()))), None)
+
     def _forwarded(self, ref: Ref) -> list[Ref] | None:
-        """The declared dynamic sources of a ``__getattr__`` class (None when undeclared)."""
+        """The declared dynamic sources of a ``__getattr__`` class (None when undeclared); a subclass
+        forwards where the base whose ``__getattr__`` it inherits is declared to."""
         targets = self.dynamic.get(f"{ref.module}.{ref.qualname}")
+        owner = self.getattr_owner(ref) if targets is None else None
+        if owner is not None:
+            targets = self.dynamic.get(f"{owner.module}.{owner.qualname}")
         if targets is None:
             return None
         out = []
@@ -266,6 +281,8 @@ class AddedCodeRules:
         yield from self._methods_used_as_values(facts, added)
         for found in self.field_rules.check(facts, added):
             yield NameProblem(found.file, found.line, found.message, found.hint)
+        for unset in self.self_init.check(facts, added):
+            yield NameProblem(unset.file, unset.line, unset.message, unset.hint)
 
     def _self_read(self, facts: dict[str, Any], cls: str, attr: str, line: int) -> NameProblem | None:
         ref = Ref("class", facts["module"], cls)

@@ -4,9 +4,10 @@
 Pipeline: a bytes prefilter over the tree picks the files worth parsing (:mod:`.files`); each picked
 file is parsed once with the standard library's ``ast`` and walked once (:mod:`.walk`), each node
 handed to one small visitor per fact (:mod:`.visitors`: definitions, predicates, names, imports,
-bindings, references, calls, dispatch sites); the facts are plain JSON, cached under
-``<cache_dir>/pyindex/`` keyed by the file's content hash plus the settings (:mod:`.pyindex`), so a
-warm run reads JSON instead of parsing. :mod:`.added` says which lines a series adds.
+bindings, references, calls, dispatch sites, the order of a method's ``self`` reads and writes); the
+facts are plain JSON, cached under ``<cache_dir>/pyindex/`` keyed by the file's content hash plus the
+settings (:mod:`.pyindex`), so a warm run reads JSON instead of parsing. :mod:`.added` says which lines
+a series adds.
 
 Why ``ast`` and not libcst: the facts need source text of expressions and line numbers, never a
 lossless tree; ``ast.parse`` plus one pass costs about a tenth of libcst's parse (61 files of the v1

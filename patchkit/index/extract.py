@@ -16,12 +16,13 @@ from patchkit.index.visitors.imports import Imports
 from patchkit.index.visitors.names import Names
 from patchkit.index.visitors.predicates import Predicates
 from patchkit.index.visitors.references import References
+from patchkit.index.visitors.selfflow import SelfFlow
 from patchkit.index.walk import ModuleWalk, Visitor
 
 #: The order matters where two visitors handle one node: a helper's predicate is read before its
 #: function opens a scope (Definitions), and a definition's own name is recorded inside it (Names).
 VISITORS: tuple[type[Visitor], ...] = (Predicates, Definitions, Names, Imports, Bindings, References, Calls,
-                                       DispatchSites)
+                                       DispatchSites, SelfFlow)
 
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from patchkit.manifest import Manifest
 
-FACTS_SCHEMA = 12  # bump when the facts layout or extraction logic changes
+FACTS_SCHEMA = 13  # bump when the facts layout or extraction logic changes
 
 # Spec-algorithm helpers whose call is a dispatch site.
 DEFAULT_HELPERS = (

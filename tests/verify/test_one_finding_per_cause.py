@@ -58,6 +58,9 @@ def test_a_file_that_does_not_compile_is_one_error_and_the_other_gates_say_what_
     assert cases.endswith("case ampere, case hopper")
     assert any("test_the_tree_holds_the_budget_and_the_root" in n for n in skipped_notes(gates["tests"], where))
     assert any(n.endswith("the added-line coverage") for n in skipped_notes(gates["tests"], where))
+    assert skipped_notes(gates["xref"], where) == [
+        f"not checked because {where} does not compile (IndentationError: unexpected indent; the compile gate "
+        "reports it): its imports, attributes, calls and self attributes"]
 
 
 def test_no_declared_dispatch_site_no_longer_exists_because_its_file_does_not_compile(hook):
@@ -68,10 +71,12 @@ def test_no_declared_dispatch_site_no_longer_exists_because_its_file_does_not_co
     assert skipped_notes(gates["dispatch"], f"{SERVER_ARGS}:39") == [
         f"not checked because {SERVER_ARGS}:39 does not compile (SyntaxError: expected ':'; the compile gate "
         "reports it): the declared site ServerArgs.__post_init__: `self.speculative_algorithm == \"DDTREE\"`"]
-    # xref's "never called" of the hook's function (its only call is in that file) is left to the xref
-    # gate's owner (checks/_uncompiled.mentioning is the helper it needs); every other gate is silent
-    for gate in ("imports", "calls", "backend", "tests"):
+    # the hook's function is called only in that file: xref leaves "never called" unjudged and says so
+    for gate in ("imports", "xref", "calls", "backend", "tests"):
         assert not errors(gates[gate]), (gate, errors(gates[gate]))
+    assert skipped_notes(gates["xref"], f"{SERVER_ARGS}:39") == [
+        f"not checked because {SERVER_ARGS}:39 does not compile (SyntaxError: expected ':'; the compile gate "
+        "reports it): its imports, attributes, calls and self attributes, whether apply_ddtree_defaults is used"]
     for gate in ("imports", "backend", "tests"):  # the calls import only the hook: they ran, and passed
         assert skipped_notes(gates[gate], f"{SERVER_ARGS}:39"), gate
 

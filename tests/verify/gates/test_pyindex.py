@@ -127,6 +127,44 @@ class W:
     assert ["draft", "page_size", 8, "W.__init__", "store"] in facts["uses"]
 
 
+def test_the_order_of_a_methods_self_reads_and_writes():
+    source = '''\
+class W:
+    def rows(self, strides):
+        """The pool's widest row."""
+        if self._rows is None:
+            self._rows = int(strides.max())
+        with lock:
+            self.seen = 1
+        try:
+            cached = self.cache
+        except AttributeError:
+            cached = None
+        later = lambda: self.late
+        self.count += 1
+        setattr(self, "named", 1)
+        return self._rows, hasattr(self, "flag"), cached, later
+
+    def outer(self):
+        def inner():
+            self.from_inner = 1
+        return inner
+'''
+    flow = facts_of(source)["functions"]
+    assert flow["W.rows"]["self_flow"] == [
+        ["load", "_rows", 4, ["body:1"], 0],  # the if's test: the statement itself
+        ["store", "_rows", 5, ["body:1", "body:0"], 0],  # inside its body
+        ["store", "seen", 7, ["body:2", "body:0"], 1],  # a with body: done by the end of the with
+        ["safe", "cache", 9, ["body:3", "body:0"], 1],  # a try that catches AttributeError
+        ["safe", "late", 12, ["body:4"], 0],  # a lambda runs later
+        ["load", "count", 13, ["body:5"], 0], ["store", "count", 13, ["body:5"], 0],  # += reads first
+        ["store", "named", 14, ["body:6"], 0],
+        ["load", "_rows", 15, ["body:7"], 0], ["guard", "flag", 15, ["body:7"], 0],
+    ]
+    assert flow["W.outer.inner"]["self_flow"] == [["store", "from_inner", 19, ["body:0"], 0]]
+    assert flow["W.outer"]["self_flow"] == []
+
+
 def test_prefilter_and_module_names(tmp_path):
     (tmp_path / "python/pkg").mkdir(parents=True)
     (tmp_path / "python/pkg/__init__.py").write_text("")

@@ -158,14 +158,16 @@ def generate(base_url: str, prompt: Prompt, max_new_tokens: int, timeout_s: floa
 def score(base_url: str, prompt_ids: Sequence[int], output_ids: Sequence[int], timeout_s: float) -> tuple[float, ...]:
     """The server's log-probability of each of ``output_ids`` given the prompt and the outputs before it.
 
-    A prefill-only request (one greedy token, not used) with ``return_logprob`` from the first output
+    A prefill-only request (one greedy token, not used) with ``return_logprob`` from the prompt's last
     position: SGLang answers ``meta_info["input_token_logprobs"]``, ``[logprob, token_id, text]`` per
-    input position from ``logprob_start_len`` on. The entries are matched to ``output_ids`` by token id
-    (the last ``len(output_ids)`` of them), so an answer that covers other positions is refused, not
-    misread.
+    input position from ``logprob_start_len`` on, the first of them without a logprob (None: SGLang
+    scores position i from position i - 1, and the start has none before it in the request's range), so
+    the range starts one position before the first output. The entries are matched to ``output_ids`` by
+    token id (the last ``len(output_ids)`` of them), so an answer that covers other positions is
+    refused, not misread.
     """
     body = {"input_ids": [*prompt_ids, *output_ids], "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
-            "return_logprob": True, "logprob_start_len": len(prompt_ids)}
+            "return_logprob": True, "logprob_start_len": max(len(prompt_ids) - 1, 0)}
     request = urllib.request.Request(f"{base_url}/generate", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
     with _translated_errors(timeout_s), _OPENER.open(request, timeout=timeout_s) as response:

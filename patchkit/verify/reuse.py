@@ -11,7 +11,9 @@ The key, :func:`inputs_key`:
   skips); only a target the exactness check found to be exactly the set applied is considered at all
   (never with ``--allow-drift``), and the target's path is part of the key (findings name it);
 * the set directory, every file (manifest, patches, expectations, declarations, the set's tests),
-  and the stubs folder where it lies outside the set;
+  and every folder the manifest names outside the set (``patchkit.references``: the shared test
+  packages of ``[verify.tests] shared``, ``[verify.xref] use_paths``, the stubs folder): an edit to a
+  shared test misses;
 * patchkit's own code (every file of the package but the bundled sets): an edited gate misses;
 * the interpreter running patchkit, the environments and cache folders, every ``PATCHKIT_*``
   variable (``PATCHKIT_VERIFY_PYTHON`` picks another interpreter for the probes), and the command
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from patchkit.references import outside_references
 from patchkit.verify.api import Finding, Severity, VerifyContext
 from patchkit.verify.cache import ResultCache, key_of, sha256_file
 
@@ -64,12 +67,11 @@ def code_digest() -> str:
 def inputs_key(ctx: VerifyContext, tree: str) -> str:
     """Everything but the gate's name that a reusable gate's result depends on (see the module)."""
     set_dir = ctx.set_dir.resolve()
-    stubs_dir = ctx.manifest.verify_table("env").get("stubs_dir")
-    stubs = (ctx.set_dir / stubs_dir).resolve() if stubs_dir else None
-    outside = stubs if stubs is not None and not stubs.is_relative_to(set_dir) else None
+    outside = sorted({str((ctx.set_dir / ref.path).resolve()) for ref in outside_references(ctx.set_dir, ctx.manifest)})
     variables = sorted((k, v) for k, v in os.environ.items() if k.startswith("PATCHKIT_"))
     return key_of(NAMESPACE, FORMAT, tree, str(ctx.root), folder_digest(set_dir),
-                  folder_digest(outside) if outside and outside.is_dir() else None, code_digest(),
+                  [(path, folder_digest(Path(path)) if Path(path).is_dir() else None) for path in outside],
+                  code_digest(),
                   sys.version, sys.executable, str(ctx.env_dir), str(ctx.cache_dir), variables,
                   {gate: dict(settings) for gate, settings in sorted(ctx.overrides.items())})
 

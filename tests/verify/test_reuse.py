@@ -179,3 +179,21 @@ def test_folder_digest_sees_names_and_bytes_not_bytecode(tmp_path):
     (tmp_path / "sub/b.txt").write_text("b\n")
     (tmp_path / "sub/b.txt").rename(tmp_path / "sub/c.txt")
     assert reuse.folder_digest(tmp_path) != first
+
+
+def test_an_edited_shared_folder_the_manifest_names_outside_the_set_makes_it_run_again(applied):
+    """A set's shared tests live beside it (``[verify.tests] shared = ["../common/..."]``): the tests gate
+    runs them, so a stored pass must not outlive an edit there."""
+    _, set_dir = applied
+    shared = set_dir.parent / "shared_tests"
+    shared.mkdir()
+    (shared / "test_shared.py").write_text("def test_it():\n    assert True\n")
+    manifest = set_dir / "manifest.toml"
+    assert "[verify.tests]" not in manifest.read_text()
+    manifest.write_text(manifest.read_text() + '\n[verify.tests]\nshared = ["../shared_tests"]\n')
+    run(applied)
+    assert run(applied).gates[0].reused
+    (shared / "test_shared.py").write_text("def test_it():\n    assert False\n")
+    assert not run(applied).gates[0].reused
+    assert run(applied).gates[0].reused
+    assert RUNS.count("a") == 2

@@ -5,16 +5,18 @@
 * ``assert_same``: dtype, shape, device and every element equal, for tensors, tuples and the
   module's frozen dataclasses;
 * ``draft_logits_case``: seeded draft logits of one regime (ties, saturation, -inf, signed zeros);
-* ``run_interpreted``: run a check script with ``TRITON_INTERPRET=1`` in a subprocess, so the
-  kernels execute on CPU tensors (skips with the reason when that cannot work here).
+* ``as_if_cuda``: a CPU tensor whose ``is_cuda`` is True, for the branches CUDA tensors take;
+* ``interpreted_copy``: a fresh copy of a module of the tree imported with ``TRITON_INTERPRET=1``, in
+  this process: Triton's interpreter runs its kernels on CPU tensors, and the tests gate's coverage
+  trace sees every line they run (kernel bodies included: the interpreter executes a kernel's own
+  source, compiled under the tree file's name and line numbers). Optionally with the module's Triton
+  paths taken for CPU tensors too, so the public functions run their launch code on a CPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -28,17 +30,77 @@ _fresh_loads = 0
 
 
 def load_fresh(ddtree_utils: ModuleType, monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
-    """A second copy of the module under test, imported with ``env`` set (read at import)."""
+    """A second copy of the module under test (or of another module of the tree, loaded by its file),
+    imported with ``env`` set (read at import)."""
     global _fresh_loads
     _fresh_loads += 1
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    name = f"ddtree_utils_fresh_{_fresh_loads}"
+    name = f"{ddtree_utils.__name__.rpartition('.')[2]}_fresh_{_fresh_loads}"
     spec = importlib.util.spec_from_file_location(name, Path(ddtree_utils.__file__))
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, name, module)  # dataclasses resolve annotations here
     spec.loader.exec_module(module)
     return module
+
+
+def interpreter_ready() -> None:
+    """Skip (with the reason) unless Triton's interpreter can run the kernels here."""
+    triton = pytest.importorskip("triton", reason="triton is not installed: the kernels cannot be interpreted")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: the CUDA tests run the compiled kernels")
+    version = tuple(int(part) for part in triton.__version__.split(".")[:2] if part.isdigit())
+    if version < (3, 9):  # older interpreters fail on loops bounded by a kernel argument
+        pytest.skip(f"triton {triton.__version__}'s interpreter: needs 3.9 or newer")
+
+
+def _interpret_triton_language(monkeypatch: pytest.MonkeyPatch) -> None:
+    """triton.language's own ``@triton.jit`` functions (``tl.zeros``, ``tl.max``, ``tl.sum``, ``tl.sort``... of
+    ``triton/language/standard.py``) as the interpreter's, for the rest of the test: jit'd when triton was
+    first imported, they are compiled functions unless ``TRITON_INTERPRET=1`` was set then (a kernel the
+    interpreter runs cannot call those: "Cannot call @triton.jit'd outside of the scope of a kernel")."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    interpreted: dict[int, InterpretedFunction] = {}
+    for module in (tl, tl.core, tl.standard, tl.math):
+        for name, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                monkeypatch.setattr(module, name, interpreted.setdefault(id(value), InterpretedFunction(value.fn)))
+
+
+def _same_device(*tensors: torch.Tensor) -> bool:
+    return all(t.device == tensors[0].device for t in tensors)
+
+
+def interpreted_copy(module: ModuleType, monkeypatch: pytest.MonkeyPatch, *, triton_on_cpu: bool = True) -> ModuleType:
+    """A fresh copy of ``module`` (imported with ``TRITON_INTERPRET=1``, set for the rest of the test) whose
+    ``@triton.jit`` kernels Triton's interpreter runs, in this process. ``triton_on_cpu``: its dispatch
+    (``_triton_ready``) also takes the Triton paths for CPU tensors, so ``ddtree_topk_from_logits`` and the
+    other public functions launch the kernels as they do for CUDA tensors (a module that decides by
+    ``TRITON_INTERPRET`` itself, such as ``ddtree_tree_attention``, needs nothing more)."""
+    interpreter_ready()
+    _interpret_triton_language(monkeypatch)
+    fresh = load_fresh(module, monkeypatch, TRITON_INTERPRET="1")
+    if triton_on_cpu and hasattr(fresh, "_triton_ready"):
+        monkeypatch.setattr(fresh, "_triton_ready", _same_device)
+    return fresh
+
+
+class _AsIfCuda(torch.Tensor):
+    """A CPU tensor that answers ``is_cuda`` as a CUDA tensor does (its data stays on the CPU)."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return True
+
+
+def as_if_cuda(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` (shared storage) seen as a CUDA tensor by code that branches on ``t.is_cuda``: the branch
+    a CUDA device takes, run on a CPU, where what it does next needs no CUDA device (pure torch ops, or a
+    Triton launch that Triton's interpreter runs)."""
+    return tensor.as_subclass(_AsIfCuda)
 
 
 def must_not_run(*args, **kwargs):
@@ -111,37 +173,3 @@ def draft_logits_case(regime: str, shape: tuple, gen: torch.Generator) -> torch.
         spikes = torch.randint(shape[-1], shape[:-1] + (3,), generator=gen)
         return logits.scatter_add(-1, spikes, torch.rand(shape[:-1] + (3,), generator=gen) * 12)
     raise ValueError(regime)
-
-
-def run_interpreted(script: str, module_path: str, *args: str, timeout: int = 900) -> str:
-    """Run ``script`` with TRITON_INTERPRET=1 (kernels on CPU tensors); return its stdout.
-
-    The script gets the module path, this directory and ``args`` as argv[1:]. A subprocess,
-    because TRITON_INTERPRET must be set before triton is first imported.
-    """
-    triton = pytest.importorskip("triton", reason="triton is not installed: the kernels cannot be interpreted")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA is available: the CUDA tests run the compiled kernels")
-    version = tuple(int(part) for part in triton.__version__.split(".")[:2] if part.isdigit())
-    if version < (3, 9):  # older interpreters fail on loops bounded by a kernel argument
-        pytest.skip(f"triton {triton.__version__}'s interpreter: needs 3.9 or newer")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONWARNINGS": "ignore"}
-    result = subprocess.run(
-        [sys.executable, "-c", script, str(module_path), str(TESTS_DIR), *args],
-        env=env, capture_output=True, text=True, timeout=timeout,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    return result.stdout
-
-
-# The preamble of every interpreted check: load the module by path under a private name.
-INTERPRETER_PREAMBLE = """
-import importlib.util, random, sys
-import torch
-sys.path.insert(0, sys.argv[2])
-spec = importlib.util.spec_from_file_location("ddtree_utils_interpreted", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = module
-spec.loader.exec_module(module)
-from _kernel_helpers import assert_same, draft_logits_case
-"""

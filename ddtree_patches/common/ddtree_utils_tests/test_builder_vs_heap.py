@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import ddtree_heap_reference as ref
+from _kernel_helpers import as_if_cuda
 
 BATCH = 8
 BUDGETS = (1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 200, 256)
@@ -167,3 +168,16 @@ def test_gpu_builder_equals_cpu_builder(ddtree_utils, cuda, regime):
         )
         for field in ("node_token_ids", "depths", "parents", "num_nodes", "visibility"):
             assert torch.equal(getattr(on_gpu, field).cpu(), getattr(on_cpu, field)), field
+
+
+def test_cuda_scores_take_the_full_sort_and_choose_what_the_cpu_chooses(ddtree_utils):
+    """The beam's selection: CUDA scores take one stable full sort, CPU scores select then sort; both
+    choose the same entries in the same order, ties by position (here on a CPU: a tensor that says it is
+    a CUDA tensor takes the CUDA branch, whose torch ops run anywhere)."""
+    gen = torch.Generator().manual_seed(4)
+    for width in (1, 3, 8, 20):
+        score = torch.randint(-3, 2, (5, 20), generator=gen).float()  # many ties
+        score[0] = float("-inf")
+        chosen, rank = ddtree_utils._top_by_score_then_position(as_if_cuda(score), width)
+        want_chosen, want_rank = ddtree_utils._top_by_select_then_sort(score, width)
+        assert torch.equal(chosen, want_chosen) and torch.equal(rank, want_rank), width

@@ -17,13 +17,12 @@ import random
 import pytest
 import torch
 from _kernel_helpers import (
-    INTERPRETER_PREAMBLE,
     REGIMES,
     assert_same,
     draft_logits_case,
+    interpreted_copy,
     load_fresh,
     must_not_run,
-    run_interpreted,
 )
 
 # the fused round of v2/v3 (0002): v1's module builds and verifies through separate calls
@@ -374,6 +373,17 @@ def test_chunked_torch_sampler_equals_one_chunk(ddtree_utils, monkeypatch):
     assert torch.equal(ddtree_utils.ddtree_sample_target_tokens(logits, temps, seed=seed), whole)
 
 
+def test_sampling_kernel_limits(ddtree_utils):
+    supported = ddtree_utils._sample_supported
+    x = torch.zeros(2, 3, 50)
+    assert supported(x, None) and supported(x, torch.ones(2))
+    assert supported(x.bfloat16(), None) and supported(x.half(), torch.ones(2))
+    assert not supported(x.double(), None)  # fp64 logits keep the torch path
+    assert not supported(x[0], None)  # needs [bs, N, V]
+    assert not supported(x[:0], None) and not supported(torch.zeros(2, 3, 0), None)
+    assert not supported(x, torch.ones(3))  # one temperature per request
+
+
 def test_cpu_inputs_never_reach_the_round_kernels(ddtree_utils, monkeypatch):
     monkeypatch.setattr(ddtree_utils, "_DDTREE_TRITON_ENABLED", True)
     for name in ("_topk_triton", "_build_tree_triton", "_verify_inputs_triton", "_walk_launch",
@@ -384,54 +394,67 @@ def test_cpu_inputs_never_reach_the_round_kernels(ddtree_utils, monkeypatch):
     ddtree_utils.ddtree_verify_round(draft.tree, torch.randn(2, 9, 40), temperatures=torch.ones(2))
 
 
-INTERPRETED_ROUND = INTERPRETER_PREAMBLE + """
-from _kernel_helpers import REGIMES
-rng, gen = random.Random(3), torch.Generator().manual_seed(3)
-for case in range(int(sys.argv[3])):
-    regime = REGIMES[case % len(REGIMES)]
-    bs, budget, vocab = rng.choice((1, 3)), rng.choice((1, 6, 20, 40)), rng.choice((5, 30))
-    logits = draft_logits_case(regime, (bs, rng.randint(1, 5), vocab), gen)
-    tree = module._build_tree_torch(*module._topk_from_logits_torch(logits, vocab), budget)
-    seq_lens = torch.randint(0, 40, (bs,), generator=gen)
-    n, total = budget + 1, int(seq_lens.sum())
-    size = module.ddtree_mask_size(total, bs, n)
-    expected_mask = module._custom_mask_torch(tree, seq_lens, total, None)
-    # A buffer bigger than the mask: the tail stays; a smaller one: truncated, no write past it.
-    backing = torch.full((size + 64,), 7, dtype=torch.int8)
-    fast = module._verify_inputs_triton(tree, seq_lens, backing[: size + 32])
-    assert_same(fast.custom_mask[:size], expected_mask)
-    assert bool((backing[size:] == 7).all())
-    backing[:] = 7
-    module._verify_inputs_triton(tree, seq_lens, backing[: size // 3])
-    assert_same(backing[: size // 3].view(torch.bool), expected_mask[: size // 3])
-    assert bool((backing[size // 3:] == 7).all())
-    assert_same(fast.positions, module._positions_torch(tree, seq_lens))
-    assert_same((fast.retrieve_index, fast.retrieve_next_token, fast.retrieve_next_sibling),
-                module._retrieve_tensors_torch(tree))
-    target = torch.randint(0, vocab, (bs, n), generator=gen)
-    for b in range(bs):  # deep walks: the target picks a drafted child
-        for node in range(1, n):
-            parent = int(tree.parents[b, node])
-            if parent >= 0 and rng.random() < 0.7:
-                target[b, parent] = tree.node_token_ids[b, node - 1]
-    assert_same(module._walk_launch(tree, target, None), module._follow_verified_torch(tree, target))
-    target_logits = torch.nn.functional.one_hot(target, vocab).float() * 4 + torch.randn(bs, n, vocab, generator=gen)
-    temps = torch.tensor([0.0, 0.8, 2.0])[:bs]
-    seed = torch.tensor([11 + case])
-    sampled = module._sample_target_tokens_torch(target_logits, temps, seed)
-    assert_same(module._sample_triton(target_logits, temps, seed), sampled)
-    walked = torch.empty(bs, n, dtype=torch.int64)
-    walk = module._walk_launch(tree, walked, module._argmax_partials(target_logits, temps, seed))
-    assert_same(walked, sampled)
-    assert_same(walk, module._follow_verified_torch(tree, sampled))
-    greedy = torch.empty(bs, n, dtype=torch.int64)
-    module._walk_launch(tree, greedy, module._argmax_partials(target_logits, None, None))
-    assert_same(greedy, target_logits.argmax(-1))
-print("interpreted verify inputs, walk and sampling == torch")
-"""
+def test_round_kernels_under_triton_interpreter(ddtree_utils, monkeypatch):
+    """Verify inputs (mask into a buffer, truncation), walk, arg-max / Gumbel partials on a CPU, launched
+    by the public functions as on CUDA (the Triton paths taken for CPU tensors), against the torch path."""
+    module = interpreted_copy(ddtree_utils, monkeypatch)
+    monkeypatch.setattr(module, "_SAMPLE_TILE", 8)  # a vocabulary of 30 splits into parts, one of 5 does not
+    rng, gen = random.Random(3), torch.Generator().manual_seed(3)
+    for case in range(6):
+        regime = REGIMES[case % len(REGIMES)]
+        bs, budget, vocab = rng.choice((1, 3)), rng.choice((1, 6, 20, 40)), rng.choice((5, 30))
+        logits = draft_logits_case(regime, (bs, rng.randint(1, 5), vocab), gen)
+        tree = ddtree_utils._build_tree_torch(*ddtree_utils._topk_from_logits_torch(logits, vocab), budget)
+        seq_lens = torch.randint(0, 40, (bs,), generator=gen)
+        n, total = budget + 1, int(seq_lens.sum())
+        size = ddtree_utils.ddtree_mask_size(total, bs, n)
+        expected_mask = ddtree_utils._custom_mask_torch(tree, seq_lens, total, None)
+        assert module._use_triton_verify_inputs(tree, seq_lens)
+        # A buffer bigger than the mask: the tail stays; a smaller one: truncated, no write past it.
+        backing = torch.full((size + 64,), 7, dtype=torch.int8)
+        fast = module.ddtree_verify_inputs(tree, seq_lens, mask_out=backing[: size + 32])
+        assert_same(fast.custom_mask[:size], expected_mask)
+        assert bool((backing[size:] == 7).all())
+        backing[:] = 7
+        module.ddtree_custom_mask(tree, seq_lens, out=backing[: size // 3])
+        assert_same(backing[: size // 3].view(torch.bool), expected_mask[: size // 3])
+        assert bool((backing[size // 3:] == 7).all())
+        assert_same(fast.positions, ddtree_utils._positions_torch(tree, seq_lens))
+        retrieve = ddtree_utils._retrieve_tensors_torch(tree)
+        assert_same((fast.retrieve_index, fast.retrieve_next_token, fast.retrieve_next_sibling), retrieve)
+        assert_same(module.ddtree_retrieve_tensors(tree), retrieve)
+        assert module.ddtree_verify_inputs(tree, seq_lens, with_mask=False).custom_mask is None
+        target = torch.randint(0, vocab, (bs, n), generator=gen)
+        for b in range(bs):  # deep walks: the target picks a drafted child
+            for node in range(1, n):
+                parent = int(tree.parents[b, node])
+                if parent >= 0 and rng.random() < 0.7:
+                    target[b, parent] = tree.node_token_ids[b, node - 1]
+        assert_same(module.ddtree_follow_verified(tree, target), ddtree_utils._follow_verified_torch(tree, target))
+        target_logits = torch.nn.functional.one_hot(target, vocab).float() * 4 + torch.randn(bs, n, vocab, generator=gen)
+        temps = torch.tensor([0.0, 0.8, 2.0])[:bs]
+        seed = torch.tensor([11 + case])
+        sampled = ddtree_utils._sample_target_tokens_torch(target_logits, temps, seed)
+        assert_same(module.ddtree_sample_target_tokens(target_logits, temps, seed=seed), sampled)
+        strided = target_logits.transpose(1, 2).contiguous().transpose(1, 2)  # the vocabulary's stride != 1
+        assert_same(module.ddtree_sample_target_tokens(strided, temps, seed=seed), sampled)
+        accept = module.ddtree_verify_round(tree, target_logits, temperatures=temps, seed=seed)
+        assert_same(accept.target_tokens, sampled)
+        assert_same((accept.accept_index, accept.accept_length, accept.bonus_tokens),
+                    ddtree_utils._follow_verified_torch(tree, sampled))
+        greedy = torch.empty(bs, n, dtype=torch.int64)
+        module._walk_launch(tree, greedy, module._argmax_partials(target_logits, None, None))
+        assert_same(greedy, target_logits.argmax(-1))
 
 
-def test_round_kernels_under_triton_interpreter(ddtree_utils):
-    """Verify inputs (mask into a buffer, truncation), walk, arg-max / Gumbel partials on a CPU."""
-    out = run_interpreted(INTERPRETED_ROUND, ddtree_utils.__file__, "6")
-    assert "interpreted verify inputs, walk and sampling == torch" in out
+def test_draft_round_under_triton_interpreter(ddtree_utils, monkeypatch):
+    """The whole draft round on a CPU through the kernels (top-K, tree, verify inputs), as on CUDA."""
+    module = interpreted_copy(ddtree_utils, monkeypatch)
+    gen = torch.Generator().manual_seed(8)
+    for regime, (bs, depth, vocab, budget) in (("integer", (2, 3, 40, 9)),):
+        logits = draft_logits_case(regime, (bs, depth, vocab), gen)
+        seq_lens = torch.randint(1, 30, (bs,), generator=gen)
+        assert module._use_triton_topk(logits, budget)
+        got = module.ddtree_draft_round(logits, budget, seq_lens, seq_lens_sum=int(seq_lens.sum()))
+        assert_same(got, ddtree_utils.ddtree_draft_round(logits, budget, seq_lens, seq_lens_sum=int(seq_lens.sum())),
+                    regime)

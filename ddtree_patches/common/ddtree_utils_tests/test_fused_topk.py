@@ -17,13 +17,12 @@ import sys
 import pytest
 import torch
 from _kernel_helpers import (
-    INTERPRETER_PREAMBLE,
     REGIMES,
     assert_same,
     draft_logits_case,
+    interpreted_copy,
     load_fresh,
     must_not_run,
-    run_interpreted,
 )
 
 # the fused top-K kernels of v2/v3 (0002)
@@ -245,6 +244,8 @@ def test_topk_kernel_limits(ddtree_utils):
     stats = torch.zeros(4, 2, 3, dtype=torch.float64)
     assert merge(vals, ids, stats, stats, 64) and merge(vals, ids, stats, stats, 1000)
     assert not merge(vals, ids.float(), stats, stats, 64)
+    assert not merge(vals[0], ids[0], stats, stats, 64)  # needs [tp, bs, L, k']
+    assert not merge(vals, ids[..., :8], stats, stats, 64)
     assert not merge(vals, ids, stats[:, :, :2], stats, 64)
     assert not merge(torch.zeros(32, 2, 3, 1024), torch.zeros(32, 2, 3, 1024, dtype=torch.int64),
                      torch.zeros(32, 2, 3), torch.zeros(32, 2, 3), 64)  # 32 x 1024 candidates
@@ -260,45 +261,45 @@ def test_module_without_triton_uses_torch_topk(ddtree_utils, monkeypatch):
     assert_same(module.ddtree_topk_from_logits(logits, 8), ddtree_utils.ddtree_topk_from_logits(logits, 8))
 
 
-INTERPRETED_TOPK = INTERPRETER_PREAMBLE + """
-from _kernel_helpers import REGIMES
-# Small tiles: rows of several tiles, and k + tile < 2 tiles, so the buffer is cut back.
-# (Each call of a jit helper costs the interpreter milliseconds: shapes stay small.)
-module._TOPK_TILE = 128
-rng, gen = random.Random(5), torch.Generator().manual_seed(5)
-checked = 0
-for case in range(int(sys.argv[3])):
-    regime = REGIMES[case % len(REGIMES)]
-    bs, depth = rng.choice((1, 2)), rng.randint(1, 2)
-    vocab = rng.choice((7, 150, 333, 1000))
-    k = rng.choice((1, 3, 16, 64))
-    logits = draft_logits_case(regime, (bs, depth, vocab), gen)
-    where = f"{regime} V={vocab} k={k}"
-    assert_same(module._topk_triton(logits, k), module._topk_from_logits_torch(logits, k), where)
-    start, valid = rng.choice((0, 9)), rng.choice((None, vocab, vocab // 2))
-    fast = module._topk_triton(logits, k, start, valid, log_probs=False)
-    slow = module._local_topk_torch(logits, k, start, valid)
-    assert_same(fast[:3], slow[:3], where + " local")
-    torch.testing.assert_close(fast[3], slow[3], rtol=1e-13, atol=0)
-    if vocab >= 40:
-        shards = rng.choice((2, 3))
-        width = -(-vocab // shards)
-        parts = []
-        for s in range(shards):
-            shard = logits[..., s * width:(s + 1) * width]
-            valid = shard.shape[-1]
-            shard = torch.nn.functional.pad(shard.float(), (0, width - valid), value=1e4)
-            parts.append(module._local_topk_torch(shard, k, s * width, valid))
-        order = list(range(shards))
-        rng.shuffle(order)
-        stacked = [torch.stack([p[i] for i in order]) for p in zip(*parts)]
-        assert_same(module._merge_triton(*stacked, k), module._merge_topk_torch(*stacked, k), where + " merge")
-    checked += 1
-print(f"interpreted top-K == torch in {checked} cases")
-"""
+@pytest.fixture
+def interpreted(ddtree_utils, monkeypatch):
+    """The module with its kernels run by Triton's interpreter and its Triton paths taken for CPU tensors;
+    small tiles: rows of several tiles, and k + tile < 2 tiles, so the buffer is cut back."""
+    module = interpreted_copy(ddtree_utils, monkeypatch)
+    monkeypatch.setattr(module, "_TOPK_TILE", 128)
+    return module
 
 
-def test_topk_kernels_under_triton_interpreter(ddtree_utils):
-    """The kernels' logic on a CPU: chunk + merge (log-probs and local stats) and the shard merge."""
-    out = run_interpreted(INTERPRETED_TOPK, ddtree_utils.__file__, "8")
-    assert "interpreted top-K == torch in 8 cases" in out
+def test_topk_kernels_under_triton_interpreter(ddtree_utils, interpreted):
+    """The kernels' logic on a CPU, launched by the public functions as on CUDA: chunk + merge (log-probs
+    and local stats) and the shard merge, against the torch path. (Each call of a jit helper costs the
+    interpreter milliseconds: shapes stay small.)"""
+    module = interpreted
+    rng, gen = random.Random(5), torch.Generator().manual_seed(5)
+    for case in range(6):
+        regime = REGIMES[case % len(REGIMES)]
+        bs, depth = rng.choice((1, 2)), rng.randint(1, 2)
+        vocab = rng.choice((7, 150, 333, 520))
+        k = rng.choice((1, 3, 16, 64))
+        logits = draft_logits_case(regime, (bs, depth, vocab), gen)
+        where = f"{regime} V={vocab} k={k}"
+        assert module._use_triton_topk(logits, k), where
+        assert_same(module.ddtree_topk_from_logits(logits, k), ddtree_utils._topk_from_logits_torch(logits, k), where)
+        start, valid = rng.choice((0, 9)), rng.choice((None, vocab, vocab // 2))
+        fast = module.ddtree_local_topk(logits, k, vocab_start=start, num_valid=valid)
+        assert_local_same(fast, ddtree_utils._local_topk_torch(logits, k, start, valid), where + " local")
+        if vocab >= 40:
+            order = list(range(rng.choice((2, 3))))
+            rng.shuffle(order)  # the gather order must not matter
+            stacked = stacked_shards(ddtree_utils, logits, k, len(order), order)
+            assert module._use_triton_merge(*stacked, k), where
+            assert_same(module.ddtree_merge_topk(*stacked, k=k), ddtree_utils._merge_topk_torch(*stacked, k),
+                        where + " merge")
+
+
+def test_strided_logits_reach_the_kernels_contiguous_under_triton_interpreter(ddtree_utils, interpreted):
+    """A vocabulary stride != 1 is copied before the launch (the kernels read rows of stride 1)."""
+    base = draft_logits_case("gaussian", (2, 2, 200), torch.Generator().manual_seed(6))
+    view = base.transpose(1, 2).contiguous().transpose(1, 2)
+    assert view.stride(-1) != 1
+    assert_same(interpreted.ddtree_topk_from_logits(view, 5), ddtree_utils._topk_from_logits_torch(base, 5))

@@ -17,7 +17,7 @@ import torch
 from test_builder_vs_heap import assert_matches_heap, draft_logits
 from test_tp_shard_worlds import TREE_FIELDS
 
-from _kernel_helpers import INTERPRETER_PREAMBLE, load_fresh, must_not_run, run_interpreted
+from _kernel_helpers import interpreted_copy, load_fresh, must_not_run
 
 REGIMES = ("gaussian", "spiky", "integer", "bf16", "saturated")
 
@@ -249,27 +249,21 @@ def test_triton_builder_replays_from_cuda_graph(ddtree_utils, cuda, bs, budget):
 # ---------------------------------------------------------------- the kernel on CPU (TRITON_INTERPRET)
 
 
-INTERPRETER_CHECK = INTERPRETER_PREAMBLE + """
-from test_builder_vs_heap import draft_logits
-from test_heap_kernel import REGIMES, assert_same_tree
-rng, gen = random.Random(11), torch.Generator().manual_seed(11)
-for case in range(int(sys.argv[3])):
-    regime = REGIMES[case % len(REGIMES)]
-    budget = rng.choice((1, 3, 8, 17))
-    vocab = rng.choice((3, 7, 50))
-    logits = draft_logits(regime, (2, rng.randint(1, 8), vocab), gen)
-    log_probs, token_ids = module.ddtree_topk_from_logits(logits, min(vocab, budget + 2))
-    if case % 3 == 1:
-        log_probs = log_probs.bfloat16()
-    if case % 4 == 3:
-        log_probs[..., 1:] = float("-inf")
-    fast = module._build_tree_triton(log_probs, token_ids, budget)
-    assert_same_tree(fast, module._build_tree_torch(log_probs, token_ids, budget))
-print("interpreted kernel == torch builder")
-"""
-
-
-def test_kernel_under_triton_interpreter(ddtree_utils):
+def test_kernel_under_triton_interpreter(ddtree_utils, monkeypatch):
     """The heap kernel's logic on a CPU: triton's interpreter runs it on CPU tensors (small cases)."""
-    out = run_interpreted(INTERPRETER_CHECK, ddtree_utils.__file__, "8")
-    assert "interpreted kernel == torch builder" in out
+    module = interpreted_copy(ddtree_utils, monkeypatch, triton_on_cpu=False)
+    rng, gen = random.Random(11), torch.Generator().manual_seed(11)
+    for case in range(8):
+        regime = REGIMES[case % len(REGIMES)]
+        budget = rng.choice((1, 3, 8, 17))
+        vocab = rng.choice((3, 7, 50))
+        logits = draft_logits(regime, (2, rng.randint(1, 8), vocab), gen)
+        log_probs, token_ids = ddtree_utils.ddtree_topk_from_logits(logits, min(vocab, budget + 2))
+        if case % 3 == 1:
+            log_probs = log_probs.bfloat16()
+        elif case % 3 == 2:
+            log_probs = log_probs.double()  # rounded to fp32 before the launch, as the torch path does
+        if case % 4 == 3:
+            log_probs[..., 1:] = float("-inf")
+        fast = module._build_tree_triton(log_probs, token_ids, budget)
+        assert_same_tree(fast, ddtree_utils._build_tree_torch(log_probs, token_ids, budget))

@@ -19,6 +19,8 @@ import torch
 worker_mod = pytest.importorskip("sglang.srt.speculative.ddtree_worker_v2")
 from sglang.srt.speculative import ddtree_utils  # noqa: E402
 
+budget_mod = pytest.importorskip("sglang.srt.speculative.ddtree_budget")
+
 Worker = worker_mod.DDTreeWorkerV2
 
 
@@ -121,3 +123,51 @@ def test_the_test_only_broken_rule_swaps_some_targets_for_a_drafted_child():
     drafted = set(tree.node_token_ids.flatten().tolist())
     changed = broken[broken != -1]
     assert changed.numel() > 0 and set(changed.tolist()) <= drafted
+
+
+class _OtherRanksMax:
+    """``torch.distributed.all_reduce`` with MAX over rank 0 (this process) and another rank whose table
+    holds ``other`` (in the keys' order the call receives): what the ranks' device group computes."""
+
+    def __init__(self, other):
+        self.other, self.calls = torch.tensor(other, dtype=torch.float32), []
+
+    def __call__(self, values, op=None, group=None):
+        self.calls.append((op, group))
+        values.copy_(torch.maximum(values, self.other))
+
+
+def test_the_tp_ranks_agree_on_the_slowest_ranks_cost_of_every_entry(monkeypatch):
+    costs = budget_mod.CostTable()
+    for width, bs, ms in ((8, 4, 2.0), (4, 1, 1.0), (8, 1, 1.5), (4, 8, 3.0)):
+        costs.add(width, bs, ms)
+    # The other rank's times, in the order (width, bs) of costs.widths() x sorted batch sizes.
+    keys = [(w, bs) for w in costs.widths() for bs in sorted(costs.ms[w])]
+    theirs = {(4, 1): 1.25, (4, 8): 2.0, (8, 1): 1.75, (8, 4): 1.0}
+    reduce = _OtherRanksMax([theirs[key] for key in keys])
+    monkeypatch.setattr(torch.distributed, "all_reduce", reduce)
+    group = SimpleNamespace(device_group="the TP ranks' device group")
+    agreed = worker_mod._agreed_costs(costs, group, "cpu")
+    assert reduce.calls == [(torch.distributed.ReduceOp.MAX, "the TP ranks' device group")]
+    assert {(w, bs): agreed.verify_ms(w, bs) for w, bs in keys} == {(4, 1): 1.25, (4, 8): 3.0, (8, 1): 1.75,
+                                                                    (8, 4): 2.0}
+
+
+def test_with_tp_ranks_auto_plans_on_the_agreed_table_and_stops_learning_alone(monkeypatch):
+    monkeypatch.setattr(worker_mod, "_time_graph_replays", _timed({4: {1: 1.0}, 8: {1: 1.5}, 16: {1: 2.5}}))
+    monkeypatch.setattr(worker_mod, "get_tp_group", lambda: SimpleNamespace(world_size=2))
+    agreed = []
+
+    def agree(costs, tp_group, device):
+        agreed.append(costs.describe())
+        slower = budget_mod.CostTable()
+        for width in costs.widths():
+            for bs, ms in costs.ms[width].items():
+                slower.add(width, bs, 2 * ms)
+        return slower
+
+    monkeypatch.setattr(worker_mod, "_agreed_costs", agree)
+    worker = _worker()
+    Worker._init_budget_policy(worker)
+    assert len(agreed) == 1
+    assert worker._policy.costs.verify_ms(8, 1) == 3.0 and not worker._policy.learn_rest

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from pathlib import Path
+import random
+import sys
 from types import SimpleNamespace
 
 import fa3_reference
 import pytest
 import torch
-from _kernel_helpers import INTERPRETER_PREAMBLE, run_interpreted
+from _kernel_helpers import as_if_cuda, interpreted_copy, load_fresh
 
 fa3 = pytest.importorskip("sglang.srt.layers.attention.flashattention_backend")
 tree_attention = pytest.importorskip("sglang.srt.layers.attention.ddtree_tree_attention")
@@ -149,43 +150,81 @@ def test_a_malformed_call_is_refused_with_what_is_wrong(bad, message):
         tree_attention.ddtree_merge_tree_attention(q, tree_k, tree_v, mask, o, lse, scale, use_triton=False)
 
 
-_INTERPRETED = INTERPRETER_PREAMBLE + """
-spec = importlib.util.spec_from_file_location("tree_attention_under_test", sys.argv[1])
-m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
-gen = torch.Generator().manual_seed(0)
-worst = {}
-for dtype in (torch.float32, torch.float16):
-    for bs, n, heads, kv_heads, dim in ((3, 16, 8, 2, 32), (2, 33, 4, 4, 64), (1, 65, 6, 1, 16), (2, 5, 8, 8, 48)):
-        q = torch.randn(bs * n, heads, dim, generator=gen).to(dtype)
-        k = torch.randn(bs * n, kv_heads, dim, generator=gen).to(dtype)
-        v = torch.randn(bs * n, kv_heads, dim, generator=gen).to(dtype)
-        parent = [[-1] + [random.Random(b * 7 + i).randrange(i) for i in range(1, n)] for b in range(bs + 1)]
-        mask = torch.zeros(bs + 1, n, n, dtype=torch.bool)
-        for b in range(bs + 1):
-            for i in range(n):
-                j = i
-                while j >= 0:
-                    mask[b, i, j] = True
-                    j = parent[b][j]
-        o = torch.randn(bs * n, heads, dim, generator=gen).to(dtype)
-        lse = torch.randn(heads, bs * n, generator=gen) * 3
-        lse[0, 0] = float("inf")
-        torch_out = m.ddtree_tree_attention_torch(q, k, v, mask, o, lse, 0.3)
-        kernel_out = m.ddtree_merge_tree_attention(q, k, v, mask, o.clone(), lse, 0.3, use_triton=True)
-        err = ((kernel_out.float() - torch_out.float()).abs().max() / torch_out.float().abs().max()).item()
-        worst[str(dtype)] = max(worst.get(str(dtype), 0.0), err)
-print(worst)
-"""
+@pytest.fixture
+def interpreted(monkeypatch):
+    """``ddtree_tree_attention`` imported afresh with ``TRITON_INTERPRET=1``: its kernel runs in Triton's
+    interpreter, in this process, and CPU tensors take the Triton launch (``_use_triton``)."""
+    return interpreted_copy(tree_attention, monkeypatch)
 
 
-def test_the_triton_kernel_computes_what_the_torch_path_computes_in_the_interpreter():
+def ancestor_masks(requests: int, n: int) -> torch.Tensor:
+    parent = [[-1] + [random.Random(b * 7 + i).randrange(i) for i in range(1, n)] for b in range(requests)]
+    mask = torch.zeros(requests, n, n, dtype=torch.bool)
+    for b in range(requests):
+        for i in range(n):
+            j = i
+            while j >= 0:
+                mask[b, i, j] = True
+                j = parent[b][j]
+    return mask
+
+
+def test_the_triton_kernel_computes_what_the_torch_path_computes_in_the_interpreter(interpreted):
     # fp32 and fp16 (Triton's CPU interpreter does not compute bf16 dots; bf16 runs on the GPU check,
     # ci/gpu/host/fa3_tree_bench.py). Batches of several requests, GQA groups 1-6, widths 5-65
-    # (several key blocks), an empty prefix row.
-    out = run_interpreted(_INTERPRETED, str(Path(tree_attention.__file__)))
-    worst = eval(out.strip().splitlines()[-1])  # noqa: S307 - the dict the script printed
+    # (several key blocks), an empty prefix row; bool and uint8 masks.
+    gen = torch.Generator().manual_seed(0)
+    worst = {}
+    for dtype in (torch.float32, torch.float16):
+        for bs, n, heads, kv_heads, dim in ((3, 16, 8, 2, 32), (2, 33, 4, 4, 64), (1, 65, 6, 1, 16), (2, 5, 8, 8, 48)):
+            q = torch.randn(bs * n, heads, dim, generator=gen).to(dtype)
+            k = torch.randn(bs * n, kv_heads, dim, generator=gen).to(dtype)
+            v = torch.randn(bs * n, kv_heads, dim, generator=gen).to(dtype)
+            mask = ancestor_masks(bs + 1, n)
+            if n == 5:
+                mask = mask.to(torch.uint8)
+            o = torch.randn(bs * n, heads, dim, generator=gen).to(dtype)
+            lse = torch.randn(heads, bs * n, generator=gen) * 3
+            lse[0, 0] = float("inf")
+            torch_out = interpreted.ddtree_tree_attention_torch(q, k, v, mask, o, lse, 0.3)
+            assert interpreted._use_triton(q)
+            kernel_out = interpreted.ddtree_merge_tree_attention(q, k, v, mask, o, lse, 0.3)
+            assert kernel_out.data_ptr() == o.data_ptr(), "merged in place"
+            err = ((kernel_out.float() - torch_out.float()).abs().max() / torch_out.float().abs().max()).item()
+            worst[str(dtype)] = max(worst.get(str(dtype), 0.0), err)
     assert worst["torch.float32"] < 1e-5, worst
     assert worst["torch.float16"] < 2e-3, worst
+
+
+@pytest.mark.parametrize("strided", ["q", "k", "v", "o_prefix", "tree_mask"])
+def test_the_triton_launch_refuses_an_operand_strided_in_its_last_dimension(interpreted, strided):
+    tree, q, tree_k, tree_v, prefix_k, prefix_v, scale = case(bs=2, budget=3)
+    n = tree.num_verify_tokens
+    o, lse = prefix_pass(q, prefix_k, prefix_v, n, scale)
+    operands = dict(q=q, k=tree_k, v=tree_v, tree_mask=tree.visibility, o_prefix=o)
+    operands[strided] = operands[strided].transpose(-1, -2).contiguous().transpose(-1, -2)
+    assert operands[strided].stride(-1) != 1
+    with pytest.raises(ValueError, match="contiguous in its last dimension"):
+        interpreted.ddtree_merge_tree_attention(operands["q"], operands["k"], operands["v"], operands["tree_mask"],
+                                                operands["o_prefix"], lse, scale)
+
+
+def test_a_cuda_query_takes_the_triton_launch():
+    assert tree_attention._use_triton(as_if_cuda(torch.zeros(2, 4, 8)))
+
+
+def test_without_triton_every_query_takes_the_torch_path(monkeypatch):
+    # A None entry in sys.modules makes ``import triton`` raise ImportError.
+    monkeypatch.setitem(sys.modules, "triton", None)
+    monkeypatch.setitem(sys.modules, "triton.language", None)
+    module = load_fresh(tree_attention, monkeypatch)
+    assert module.triton is None and module.tl is None
+    assert not module._use_triton(as_if_cuda(torch.zeros(2, 4, 8)))
+    tree, q, tree_k, tree_v, prefix_k, prefix_v, scale = case(bs=2, budget=3)
+    o, lse = prefix_pass(q, prefix_k, prefix_v, tree.num_verify_tokens, scale)
+    module.ddtree_merge_tree_attention(q, tree_k, tree_v, tree.visibility, o, lse, scale)
+    torch.testing.assert_close(o, reference(q, prefix_k, prefix_v, tree_k, tree_v, tree.visibility, scale),
+                               rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------- the fa3 backend

@@ -719,6 +719,52 @@ def test_a_round_without_a_built_head_takes_the_draft_samplers():
         assert out == ar_reference(prompt, len(out))
 
 
+def test_a_draft_whose_cuda_graph_ran_hands_the_round_its_fused_top_k():
+    """With a draft CUDA graph, the top-K head is the graph's tail hook (``_maybe_build_draft_sampler``): it
+    writes its static buffers inside the graph, and the round reads them instead of the hidden states. Here
+    the toy draft forward runs the hook as the graph would and reports that the graph ran, with no hidden
+    states left to read."""
+
+    def graph_tail(w):
+        w._draft_sampler, w._draft_topk = w._draft_topk, None
+        forward = w.draft_model_runner.forward
+
+        def replay(forward_batch):
+            out = forward(forward_batch)
+            w._draft_sampler(out.logits_output.hidden_states)  # the capture hook, run by the replay
+            return SimpleNamespace(logits_output=SimpleNamespace(hidden_states=None), can_run_graph=True)
+
+        w.draft_model_runner = SimpleNamespace(forward=replay)
+
+    outputs, _, w = run_rounds(prompts=PROMPTS, budget=16, block_size=8, topk=16, overlap=True, rounds=3,
+                               setup=graph_tail)
+    assert w._draft_ran_graph and w._draft_topk is None, "nothing but the graph's buffers was read"
+    for prompt, out in zip(PROMPTS, outputs):
+        assert out == ar_reference(prompt, len(out))
+
+
+def test_the_triton_draft_block_kernel_prepares_the_block_the_draft_reads(monkeypatch):
+    """Where GPU Triton runs, the draft block (``[bonus, mask x (L-1)]``, its positions, its KV slots) is one
+    SGLang kernel (``_prepare_dflash_draft_block_unchecked``); here it runs in Triton's interpreter, and the
+    toy draft checks every block, position and slot it is handed."""
+    from sglang.kernels.ops.speculative import dflash as dflash_kernels
+    from _kernel_helpers import interpreted_copy
+
+    interpreted = interpreted_copy(dflash_kernels, monkeypatch, triton_on_cpu=False)
+    monkeypatch.setattr(worker_mod, "_prepare_dflash_draft_block_unchecked",
+                        interpreted._prepare_dflash_draft_block_unchecked)
+    monkeypatch.setattr(worker_mod, "assign_extend_cache_locs_func",
+                        lambda **kwargs: pytest.fail("the kernel fills the slots"))
+
+    def triton_block(w):
+        w._use_triton_prepare_block = True
+
+    outputs, _, _ = run_rounds(prompts=PROMPTS, budget=16, block_size=8, topk=16, overlap=False, rounds=2,
+                               setup=triton_block)
+    for prompt, out in zip(PROMPTS, outputs):
+        assert out == ar_reference(prompt, len(out))
+
+
 def _drafts_no_hidden_states(w):
     w.draft_model_runner = SimpleNamespace(forward=lambda forward_batch: SimpleNamespace(
         logits_output=SimpleNamespace(hidden_states=None), can_run_graph=False))

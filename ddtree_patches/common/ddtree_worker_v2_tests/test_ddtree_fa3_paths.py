@@ -10,7 +10,9 @@ and, without CUDA graphs to time (``--disable-cuda-graph``), verifies every roun
 backend's eager metadata must too, from the round's compact mask: built from the backend's widest N, the
 prefix pass would take 4L query rows per request and attend the wrong rows to the wrong prefixes.
 
-The stand-ins (FA3 in torch, the KV pool, the page-table builder) are the shared fa3 tests' own.
+The stand-ins (FA3 in torch, the KV pool, the page-table builder) are the fa3 tests' own
+(``test_ddtree_fa3_verify.py``); every set whose series carries the fa3 verify (v2's 0018, v3's 0017) runs
+these against its own base.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E4
 
 
 def eager_backend(pool, req_to_token, n):
-    """The shared stand-in plus what 0.5.23's eager entry reads besides the DDTREE branch."""
+    """The shared stand-in plus what the eager entry reads besides the DDTREE branch (0.5.17's
+    ``_unified_dense``, 0.5.23's KV translator and shard pool)."""
     be = shared.backend(pool, req_to_token, n)
     for name, value in dict(kv_index_translator=SimpleNamespace(is_translating=False), is_prefill_aware_swa=False,
-                            _kv_shard_pool=None, has_swa=False).items():
+                            _kv_shard_pool=None, has_swa=False, _unified_dense=False).items():
         setattr(be, name, value)
     return be
 

@@ -28,7 +28,9 @@ members each helper must be true for, e.g. ``is_dflash_family = ["DFLASH", "DDTR
 definition is evaluated per member (``return self in (...)``, ``self == X``, calls of other helpers,
 ``and``/``or``/``not``; a plugin class's helper written in terms of other helpers is evaluated with
 the enum's definitions of those). A helper that stops covering DDTREE fails at its return line,
-before any of the sites that rely on it.
+before any of the sites that rely on it; a return written over several lines fails at the operand
+that decides the wrong member (the disjunct of an ``or`` true for a member the helper must not cover,
+the conjunct of an ``and`` false for one it must), where that operand is one of them.
 
 Findings: a site without a declaration (so after a rebase new sites fail until reviewed), reported at
 the line that differs from the declaration it replaces when the site changed; a site declared
@@ -40,6 +42,7 @@ definition is true for other members than declared.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import re
@@ -361,14 +364,65 @@ def family_findings(ctx: VerifyContext, all_facts: list[dict[str, Any]]) -> list
                 missing, extra = sorted(set(wanted) - set(true_for)), sorted(set(true_for) - set(wanted))
                 what = "; ".join(filter(None, [f"misses {', '.join(missing)}" if missing else "",
                                                 f"also covers {', '.join(extra)}" if extra else ""]))
+                line = _deciding_line(ctx.root / facts["path"], definition, {m: m in wanted for m in missing + extra},
+                                      predicates)
                 findings.append(Finding(
-                    gate=NAME, severity=Severity.ERROR, file=facts["path"], line=definition["line"],
+                    gate=NAME, severity=Severity.ERROR, file=facts["path"], line=line,
                     message=f"family helper {owner}.{definition['name']}() is true for "
                     f"{', '.join(true_for) or 'no member'}, "
                     f"but [verify.dispatch] families declares {', '.join(wanted)} ({what})",
                     hint="every site relying on this helper inherits the difference: fix the definition "
                     "(or the declaration, if the family really changed)"))
     return findings
+
+
+def _deciding_line(path: Path, definition: dict[str, Any], wrong: dict[str, bool],
+                   predicates: dict[str, dict[str, Any]]) -> int:
+    """Where a family helper's definition goes wrong: the line of the operand that decides each wrong
+    member (``wrong``: member -> the value the helper must have), the most blamed one; else the
+    return line. Read from the source only for a helper that is wrong, so the facts stay as they are."""
+    returns = _return_of(path, definition)
+    if returns is None:
+        return int(definition["line"])
+    lines = [line for member, want in wrong.items()
+             if (line := _decided_at(returns, definition["expr"], member, want, predicates)) is not None]
+    if not lines:
+        return int(definition["line"])
+    counts = Counter(lines)
+    return min(counts, key=lambda line: (-counts[line], line))
+
+
+def _return_of(path: Path, definition: dict[str, Any]) -> ast.expr | None:
+    """The returned expression of the helper ``definition`` names (its one return, at its line)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == definition["name"]:
+            for stmt in node.body:
+                if isinstance(stmt, ast.Return) and stmt.value is not None and stmt.lineno == definition["line"]:
+                    return stmt.value
+    return None
+
+
+def _decided_at(node: ast.expr, expr: list[Any], member: str, want: bool,
+                predicates: dict[str, dict[str, Any]]) -> int | None:
+    """The line of the innermost operand of ``node`` (``expr`` is its predicate tree) that makes it
+    differ from ``want`` for ``member``: an ``or``'s true operand where it must be false, an ``and``'s
+    false operand where it must be true, through ``not``. None when no one operand decides it."""
+    kind = expr[0]
+    if kind in ("or", "and") and isinstance(node, ast.BoolOp) and len(node.values) == len(expr) - 1:
+        decided = kind == "or"
+        if want == decided:
+            return None  # an or that must be true (an and that must be false): a missing operand, not a wrong one
+        for value, operand in zip(node.values, expr[1:], strict=True):
+            if _evaluate(operand, member, predicates) == decided:
+                return _decided_at(value, operand, member, want, predicates) or value.lineno
+        return None
+    if kind == "not" and isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _decided_at(node.operand, expr[1], member, not want, predicates)
+    return None
 
 
 def _duplicate_findings(declarations: list[Declaration], decl_rel: str) -> list[Finding]:
@@ -477,6 +531,16 @@ treatment = "not_applicable"
 reason = "DDTREE returned earlier"
 '''
 
+# a helper whose return spans lines: a wrong member is reported at the operand that admits it
+_CHAIN_HELPER = '''
+    def is_chain_verified(self):
+        return (
+            self.is_dflash()
+            and not self.is_ddtree()
+        )
+'''
+_CHAIN_FAMILY = {"families": {"is_chain_verified": ["DFLASH"]}}
+
 EXAMPLES = (
     Example(name="every site declared", files={_SPEC: _SPEC_SRC, "@set/expectations/dispatch.toml": _DECL},
             passes=True),
@@ -504,4 +568,14 @@ EXAMPLES = (
         passes=False,
         expect="no longer exists",
     ),
+    Example(name="a family helper over several lines covers what it declares",
+            files={_SPEC: _SPEC_SRC + _CHAIN_HELPER, "@set/expectations/dispatch.toml": _DECL},
+            passes=True, config=_CHAIN_FAMILY),
+    Example(name="a family helper's disjunct admits DDTREE",
+            files={_SPEC: _SPEC_SRC + _CHAIN_HELPER.replace("and not self.is_ddtree()", "or self.is_ddtree()"),
+                   "@set/expectations/dispatch.toml": _DECL},
+            passes=False,
+            expect="is_chain_verified() is true for DDTREE, DFLASH, but [verify.dispatch] families declares DFLASH "
+                   "(also covers DDTREE)",
+            config=_CHAIN_FAMILY),
 )

@@ -192,14 +192,13 @@ def run(ctx: VerifyContext) -> list[Finding]:
                         hint="fix the declaration") for p in problems]
     all_facts = _dispatch_facts(ctx)
     sites = collect_sites(ctx, all_facts)
-    by_key = {d.key: d for d in declarations}
-    present = {s.key for s in sites}
-    stale = [d for d in declarations if d.key not in present]
+    matched = _matched(sites, declarations)
+    taken = {id(d) for d in matched if d is not None}
+    stale = [d for d in declarations if id(d) not in taken]
     replaced: set[tuple[str, str, str, int]] = set()
     findings += _duplicate_findings(declarations, decl_rel)
     findings += family_findings(ctx, all_facts)
-    for site in sites:
-        declared = by_key.get(site.key)
+    for site, declared in zip(sites, matched, strict=True):
         before = _replaced_declaration(site, stale) if declared is None else None
         findings += _listed_twice(site, before)
         if declared is None:
@@ -228,6 +227,53 @@ def run(ctx: VerifyContext) -> list[Finding]:
                         hint="the branch moved or changed: review it and update or remove the declaration")
             )
     return findings + [skipped(NAME, problem, sites) for problem, sites in unjudged.items()]
+
+
+def _matched(sites: list[Site], declarations: list[Declaration]) -> list[Declaration | None]:
+    """Each site's declaration, by identity (file, scope, expression, occurrence). Where a scope has
+    both a site no declaration names and a declaration no site matches, an edit changed a site there,
+    and the occurrence numbers of the sites with its new expression may have shifted (an edit that
+    turns `is_ddtree()` into the `is_dflash()` of the next branch makes that one occurrence 1): the
+    scope's sites are then matched to its declarations in order (file order of each), so the edited
+    site is the one left undeclared, not its unchanged twin."""
+    by_key = {d.key: d for d in declarations}
+    out: list[Declaration | None] = [by_key.get(s.key) for s in sites]
+    taken = {id(d) for d in out if d is not None}
+    unmatched_scopes = {(s.file, s.scope) for s, d in zip(sites, out, strict=True) if d is None}
+    stale_scopes = {(d.file, d.scope) for d in declarations if id(d) not in taken}
+    for scope in unmatched_scopes & stale_scopes:
+        mine = sorted((n for n, s in enumerate(sites) if (s.file, s.scope) == scope),
+                      key=lambda n: sites[n].line or 0)
+        declared = [d for d in declarations if (d.file, d.scope) == scope]
+        for n in mine:
+            out[n] = None
+        for i, j in _aligned([d.expr for d in declared], [sites[n].expr for n in mine]):
+            out[mine[j]] = declared[i]
+    return out
+
+
+def _aligned(before: list[str], after: list[str]) -> list[tuple[int, int]]:
+    """The longest common subsequence of two lists of expressions as index pairs, of those the one
+    that keeps each match closest to its old position (two equal sites: the one in place is the old one)."""
+    n, m = len(before), len(after)
+    best = [[(0, 0)] * (m + 1) for _ in range(n + 1)]  # (matches, -displacement) for before[i:], after[j:]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            here = max(best[i + 1][j], best[i][j + 1])
+            if before[i] == after[j]:
+                matches, cost = best[i + 1][j + 1]
+                here = max(here, (matches + 1, cost - abs(i - j)))
+            best[i][j] = here
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        if before[i] == after[j] and best[i][j] == (best[i + 1][j + 1][0] + 1, best[i + 1][j + 1][1] - abs(i - j)):
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif best[i][j] == best[i + 1][j]:
+            i += 1
+        else:
+            j += 1
+    return pairs
 
 
 def _undeclared(site: Site, decl_rel: str, before: Declaration | None = None) -> Finding:
@@ -567,6 +613,14 @@ EXAMPLES = (
          "@set/expectations/dispatch.toml": _DECL},
         passes=False,
         expect="no longer exists",
+    ),
+    Example(
+        name="a handled site copies the next branch's test",
+        files={_SPEC: _SPEC_SRC.replace("if self.is_ddtree():", "if self.is_dflash():"),
+               "@set/expectations/dispatch.toml": _DECL},
+        passes=False,
+        expect="undeclared dispatch site in SpeculativeAlgorithm.create_worker: `self.is_dflash()` "
+               "(branches on is_dflash()): it replaces the declared `self.is_ddtree()`",
     ),
     Example(name="a family helper over several lines covers what it declares",
             files={_SPEC: _SPEC_SRC + _CHAIN_HELPER, "@set/expectations/dispatch.toml": _DECL},

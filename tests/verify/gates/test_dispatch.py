@@ -144,3 +144,14 @@ def test_a_family_helper_that_misses_a_member_fails_at_its_return_line(make_ctx)
     source = files[dispatch._SPEC].splitlines()
     (finding,) = [f for f in findings if "is_chain_verified()" in f.message]
     assert "misses DDTREE" in finding.message and source[finding.line - 1].strip() == "return ("
+
+
+def test_a_site_edited_into_its_twin_is_the_one_reported(make_ctx):
+    """`if self.is_ddtree():` edited into the `if self.is_dflash():` of the next branch: the edited line is
+    the undeclared site (occurrence numbers alone would blame the unchanged twin below it)."""
+    bad = _chain_example("a handled site copies the next branch's test")
+    findings = errors(dispatch.run(make_ctx(bad.files)))
+    source = bad.files[dispatch._SPEC].splitlines()
+    assert [(source[f.line - 1].strip(), "replaces the declared `self.is_ddtree()`" in f.message)
+            for f in findings] == [("if self.is_dflash():", True)]
+    assert source.index("        if self.is_dflash():") + 1 == findings[0].line  # the first of the twins

@@ -37,7 +37,9 @@ the line that differs from the declaration it replaces when the site changed; a 
 ``handled`` whose expression mentions neither DDTREE nor a covering helper; a declaration whose site
 no longer exists (stale: not judged while the declared file does not compile, the compile gate's
 finding); a member listed twice in a membership collection; a family helper whose
-definition is true for other members than declared.
+definition is true for other members than declared; a DDTREE site in a touched file whose ``if`` or
+conditional expression has the same code in both branches (a copied branch: the test decides nothing),
+at the branch the test selects.
 """
 
 from __future__ import annotations
@@ -198,6 +200,7 @@ def run(ctx: VerifyContext) -> list[Finding]:
     replaced: set[tuple[str, str, str, int]] = set()
     findings += _duplicate_findings(declarations, decl_rel)
     findings += family_findings(ctx, all_facts)
+    findings += _copied_branches(ctx, sites, covers)
     for site, declared in zip(sites, matched, strict=True):
         before = _replaced_declaration(site, stale) if declared is None else None
         findings += _listed_twice(site, before)
@@ -227,6 +230,37 @@ def run(ctx: VerifyContext) -> list[Finding]:
                         hint="the branch moved or changed: review it and update or remove the declaration")
             )
     return findings + [skipped(NAME, problem, sites) for problem, sites in unjudged.items()]
+
+
+def _copied_branches(ctx: VerifyContext, sites: list[Site], covers: tuple[str, ...]) -> list[Finding]:
+    """A DDTREE site (one mentioning a covering helper) in a touched file that tests an ``if`` or a
+    conditional expression whose two branches are the same code: the test decides nothing, DDTREE takes
+    the other algorithms' path (a branch copied from the other one). Reported at the branch the test
+    selects, the one written for DDTREE. Read from the source (the facts keep no branch bodies)."""
+    wanted: dict[str, dict[int, Site]] = {}
+    for site in sites:
+        if site.file in ctx.touched and site.line is not None and _covered(site, covers):
+            wanted.setdefault(site.file, {})[site.line] = site
+    findings = []
+    for rel, by_line in sorted(wanted.items()):
+        try:
+            tree = ast.parse((ctx.root / rel).read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            continue  # the compile gate's finding
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.If, ast.IfExp)) or node.test.lineno not in by_line:
+                continue
+            body = node.body if isinstance(node, ast.IfExp) else node.body[0]
+            same = (ast.dump(node.body) == ast.dump(node.orelse) if isinstance(node, ast.IfExp)
+                    else bool(node.orelse) and [ast.dump(n) for n in node.body] == [ast.dump(n) for n in node.orelse])
+            if same:
+                site = by_line[node.test.lineno]
+                findings.append(Finding(
+                    gate=NAME, severity=Severity.ERROR, file=rel, line=body.lineno,
+                    message=f"both branches of the dispatch site {_describe(site)} are the same code: DDTREE "
+                    "takes the path of the other algorithms",
+                    hint="one branch was probably copied from the other: restore what DDTREE needs here"))
+    return findings
 
 
 def _matched(sites: list[Site], declarations: list[Declaration]) -> list[Declaration | None]:
@@ -577,6 +611,25 @@ treatment = "not_applicable"
 reason = "DDTREE returned earlier"
 '''
 
+# a conditional expression on is_ddtree(): a copied branch makes its test decide nothing
+_VALIDATE = '''
+    def validate(self, req):
+        error = (
+            validate_tree(req)
+            if self.is_ddtree()
+            else validate_chain(req)
+        )
+        return error
+'''
+_VALIDATE_DECL = '''
+[[site]]
+file = "python/sglang/srt/speculative/spec_info.py"
+scope = "SpeculativeAlgorithm.validate"
+expr = "self.is_ddtree()"
+treatment = "handled"
+reason = "the tree's own request validator"
+'''
+
 # a helper whose return spans lines: a wrong member is reported at the operand that admits it
 _CHAIN_HELPER = '''
     def is_chain_verified(self):
@@ -622,6 +675,13 @@ EXAMPLES = (
         expect="undeclared dispatch site in SpeculativeAlgorithm.create_worker: `self.is_dflash()` "
                "(branches on is_dflash()): it replaces the declared `self.is_ddtree()`",
     ),
+    Example(name="the tree branch copies the chain branch",
+            files={_SPEC: _SPEC_SRC + _VALIDATE.replace("validate_tree(req)\n", "validate_chain(req)\n"),
+                   "@set/expectations/dispatch.toml": _DECL + _VALIDATE_DECL},
+            passes=False, expect="are the same code: DDTREE takes the path of the other algorithms"),
+    Example(name="the tree branch validates the tree",
+            files={_SPEC: _SPEC_SRC + _VALIDATE, "@set/expectations/dispatch.toml": _DECL + _VALIDATE_DECL},
+            passes=True),
     Example(name="a family helper over several lines covers what it declares",
             files={_SPEC: _SPEC_SRC + _CHAIN_HELPER, "@set/expectations/dispatch.toml": _DECL},
             passes=True, config=_CHAIN_FAMILY),

@@ -155,3 +155,15 @@ def test_a_site_edited_into_its_twin_is_the_one_reported(make_ctx):
     assert [(source[f.line - 1].strip(), "replaces the declared `self.is_ddtree()`" in f.message)
             for f in findings] == [("if self.is_dflash():", True)]
     assert source.index("        if self.is_dflash():") + 1 == findings[0].line  # the first of the twins
+
+
+def test_a_copied_branch_is_reported_at_the_branch_written_for_ddtree(make_ctx):
+    """`validate_tree(req) if self.is_ddtree() else validate_chain(req)` with the first arm copied from
+    the second: the test decides nothing; the DDTREE arm is the line reported."""
+    bad = _chain_example("the tree branch copies the chain branch")
+    findings = errors(dispatch.run(make_ctx(bad.files)))
+    source = bad.files[dispatch._SPEC].splitlines()
+    assert [source[f.line - 1].strip() for f in findings] == ["validate_chain(req)"]
+    assert findings[0].line < source.index("            else validate_chain(req)") + 1
+    good = _chain_example("the tree branch validates the tree")
+    assert errors(dispatch.run(make_ctx(good.files))) == []

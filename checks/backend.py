@@ -383,16 +383,25 @@ _DERIVED_BACKENDS = {"verify_backend": "verify_backend", "tree_mask": "verify_ba
 def _failed_values(case: dict[str, Any], values: dict[str, Any], algorithm: str) -> set[tuple[str, str]]:
     """The (field, value) pairs a failing case is about: what the tree refused when it should not have
     (the quoted names in its message, in any field), the expected fields it resolved otherwise, and the
-    backend fields behind a verify backend without the tree mask. A case that fails for another reason
-    (a refusal naming the wrong flag, a refusal that never came, the command line disagreeing) is
-    about no value."""
+    backend fields behind a verify backend without the tree mask. A case refused for another reason
+    than the refusal it expects (``trtllm_mha`` let through the tree-mask check, then refused for its
+    page size) is also about the value that refusal was for: the generated case's offending value, else
+    the backends the case names explicitly. A case that fails for another reason (a refusal naming the
+    wrong flag, the command line disagreeing) is about no value."""
     if "error" in values:
         exception = case.get("exception")
         unexpected = (not case["expect_error"] and not case.get("expect_error_flag") and not exception
                       and (case.get("generated") is None or case.get("expect_resolves")))
         wrong = ((case["expect_error"] and case["expect_error"] not in values["error"])
                  or (exception is not None and exception["error"] not in values["error"]))
-        return {(ANY_FIELD, v) for v in _QUOTED.findall(values["error"])} if unexpected or wrong else set()
+        if not (unexpected or wrong):
+            return set()
+        failed = {(ANY_FIELD, v) for v in _QUOTED.findall(values["error"])}
+        if wrong and case["expect_error"]:
+            refused_for = ([str(case["offending"])] if case.get("offending") is not None
+                           else [str(case["args"][f]) for f in BACKEND_FIELDS if case.get("args", {}).get(f)])
+            failed |= {(ANY_FIELD, v) for v in refused_for}
+        return failed
 
     def backends(derived: str) -> set[tuple[str, str]]:
         return {(field, str(values.get(derived))) for field in BACKEND_FIELDS}

@@ -55,6 +55,7 @@ from patchkit.checks._backend.causes import (
     branch_causes,
     constant_causes,
     default_causes,
+    guard_causes,
     parsed_sources,
 )
 from patchkit.checks._backend.matrix import Coverage, describe_row, generated_cases
@@ -472,6 +473,20 @@ def _causes(ctx: VerifyContext, row: dict[str, Any], failed: set[tuple[str, str]
     return tuple(dict.fromkeys(found))
 
 
+def _guards(case: dict[str, Any], values: dict[str, Any], row: dict[str, Any], ctx: VerifyContext,
+            added: dict[str, frozenset[int]], sources: dict[str, str]) -> tuple[tuple[str, int, str], ...]:
+    """A case that expects a refusal the set raises and did not get it: the condition that let it through."""
+    expected = case.get("expect_error")
+    if not expected or expected in str(values.get("error", "")):
+        return ()
+    executed: dict[str, set[int]] = {}
+    for entry in row.get("executed", []):
+        rel = tree_relative(ctx, entry[0])
+        if rel is not None:
+            executed.setdefault(rel, set()).add(int(entry[1]))
+    return tuple(guard_causes(sources, added, expected, executed))
+
+
 def _reads_a_cause(ctx: VerifyContext, sources: dict[str, str], traced: tuple[str, int] | None,
                    causes: tuple[tuple[str, int, str], ...]) -> bool:
     """Whether the traced line only reads a constant named as the cause (then the constant is the
@@ -513,6 +528,9 @@ def evaluate(ctx: VerifyContext) -> Evaluation:
         failed = _failed_values(case, values, algorithm) if problems else set()
         produced = _produced(ctx, row, failed, added) if problems else ()
         causes = _causes(ctx, row, failed, added, sources) if problems else ()
+        guards = _guards(case, values, row, ctx, added, sources) if problems else ()
+        if guards:  # the condition that let the case through is the cause: the last line that ran is none
+            causes, traced = tuple(dict.fromkeys(causes + guards)), None
         if _reads_a_cause(ctx, sources, traced, causes):
             traced = None
         name = case["name"] + (f" ({describe_row(case['generated'])})" if case.get("generated") else "")

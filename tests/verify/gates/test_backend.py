@@ -298,3 +298,36 @@ def test_a_backend_let_through_by_a_constant_then_refused_otherwise_names_the_co
     assert named and "DDTREE_TREE_MASK_BACKENDS (a constant the set adds) holds 'fa3'" in named[0].message, findings
     clean = make_ctx(_tuple_tree('(\n    "flashinfer",\n    "triton",\n)'), CURRENT)
     assert [f for f in backend.run(clean) if f.severity == Severity.ERROR] == []
+
+
+def _bound_tree(bound: str) -> dict[str, str]:
+    """The set refuses a DDTREE topk below 2 (an added raise under an added bound), before its own topk;
+    the case expects that refusal for topk 1."""
+    files = backend._patched(
+        backend.traced_example_tree("triton"),
+        ('        if self.speculative_algorithm == "DDTREE":\n            self.speculative_eagle_topk = 8\n',
+         '        if self.speculative_algorithm == "DDTREE":\n'
+         f"            if self.speculative_eagle_topk is not None and self.speculative_eagle_topk {bound}:\n"
+         "                raise ValueError(\n"
+         '                    "DDTREE needs a tree of at least 2 nodes "\n'
+         '                    f"(--speculative-eagle-topk), got {self.speculative_eagle_topk}"\n'
+         "                )\n"
+         "            self.speculative_eagle_topk = 8\n"))
+    case = ('\n[[case]]\nname = "topk 1 refused"\nhardware = "hopper"\ntarget = "tiny"\n'
+            'expect_error = "DDTREE needs a tree of at least 2 nodes"\n'
+            'args = { speculative_algorithm = "DDTREE", speculative_eagle_topk = 1 }\n')
+    return {**files, "@set/expectations/backend.toml": backend._TRACE_EXPECT + case}
+
+
+def test_a_refusal_that_never_came_names_the_condition_that_let_the_case_through(make_ctx):
+    """`if topk < 1:` where `< 2` was meant: the case expecting the refusal resolves; of the added lines,
+    the test guarding the raise whose message the case expects ran, the raise did not: it is named."""
+    ctx = make_ctx(_bound_tree("< 1"), CURRENT)
+    findings = [f for f in backend.run(ctx) if f.severity == Severity.ERROR]
+    guard = _line_of(ctx, "if self.speculative_eagle_topk is not None and self.speculative_eagle_topk < 1:")
+    named = [f for f in findings if (f.file, f.line) == ("python/sglang/srt/server_args.py", guard)]
+    assert named and "this condition ran and let the case through" in named[0].message, findings
+    in_tree = [f for f in findings if f.file == "python/sglang/srt/server_args.py"]
+    assert in_tree == named  # one finding per cause: not also the last added line that ran
+    clean = make_ctx(_bound_tree("< 2"), CURRENT)
+    assert [f for f in backend.run(clean) if f.severity == Severity.ERROR] == []

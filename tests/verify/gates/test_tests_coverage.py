@@ -220,3 +220,38 @@ def test_a_declaration_of_code_the_tests_run_is_a_warning_to_remove_it(tmp_path)
     (stale,) = findings  # add() runs in test_add; sub() runs in no test, so its declaration holds
     assert stale["line"] == _manifest_line(set_dir, "python/pkg/algo.py:add")
     assert "covers only code the set tests ran" in stale["message"]
+
+
+COMMIT = '''\
+from types import SimpleNamespace
+
+
+def commit(lengths):
+    steps = len(lengths)
+    total = sum(lengths)
+    first = lengths[0]
+    last = lengths[-1]
+    commit_lens = [n for n in lengths]
+    return SimpleNamespace(steps=steps, total=total, first=first, last=last, commit_lens=commit_lens)
+'''
+COMMIT_TESTS = ("import os, sys\nsys.path.insert(0, os.path.join(os.environ['PATCHKIT_TARGET'], 'python'))\n"
+                "from pkg.algo import commit\n\n\n"
+                "def test_each_request_commits_its_bonus_token():\n    out = commit([1, 2])\n"
+                "    assert out.commit_lens == [2, 3]\n\n\n"
+                "def test_the_steps_are_the_requests():\n    assert commit([1, 2]).steps == 2\n")
+
+
+def test_of_equally_suspect_lines_the_locator_puts_those_naming_what_failed_first(make_ctx):
+    """Every statement of commit() runs in the failing test and in the passing one (the spectrum ties
+    them all); the failing assertion checks `out.commit_lens`: the statement assigning it comes first,
+    then the return naming it, on a tree without uncommitted edits (the defect is in the patch)."""
+    from patchkit.checks import settests
+
+    files = {"python/pkg/__init__.py": "", "python/pkg/algo.py": COMMIT, "@set/tests/test_algo.py": COMMIT_TESTS}
+    ctx = make_ctx(files, {"verify": {"tests": {"interpreter": "current"}}})
+    located = [f for f in settests.run(ctx) if "likely cause" in f.message]
+    source = COMMIT.splitlines()
+    assert [source[f.line - 1].strip() for f in located[:2]] == [
+        "commit_lens = [n for n in lengths]",
+        "return SimpleNamespace(steps=steps, total=total, first=first, last=last, commit_lens=commit_lens)"]
+    assert not any("uncommitted" in f.message for f in located)

@@ -17,8 +17,9 @@ every added Python statement no set test runs and no ``[verify.tests.unreachable
 covers is a warning, per patch (an error with ``[verify.tests] strict_coverage = true``, which
 ``patchkit verify --strict-coverage`` sets for one run); when tests fail, the added
 lines the failing tests ran and the passing ones did not are ranked (Ochiai, the functions with
-uncommitted edits first; of equally ranked lines, those naming what the failing assertions check,
-``commit.commit_lens`` -> ``commit_lens = ...``) and the top candidates are findings at their line, the
+uncommitted edits first; an added ``if`` at least as high as its branches' statements; of equally
+ranked lines, those naming what the failing assertions check, ``commit.commit_lens`` ->
+``commit_lens = ...``) and the top candidates are findings at their line, the
 reason said in words. A coverage declaration that matches nothing the set adds is an error at the manifest's line
 naming the nearest match (never a refusal to start: the other gates run); one whose every statement
 a set test ran is a warning. A run with a failing test runs every test (never partly reused), so
@@ -415,6 +416,31 @@ def _mentions(table: Statements, line: int, names: frozenset[str]) -> bool:
     return bool(set(_WORD.findall(text)) & names)
 
 
+def _with_conditions(ranked: list[tuple[float, str, int]], ctx: VerifyContext, tables: dict[str, Statements],
+                     ) -> tuple[list[tuple[float, str, int]], dict[tuple[str, int], int]]:
+    """The ranking with each added ``if`` ranked at least as high as the statements of its branches: a
+    branch the failing tests take more than the passing ones points at the condition that sent them
+    there (``if b >= budget - 1:`` where ``==`` was meant), which every test runs alike. Returns the
+    ranking and, per raised condition, the line of the branch statement it was raised for."""
+    scores = {(file, line): score for score, file, line in ranked}
+    deciding: dict[tuple[str, int], int] = {}
+    for file in {file for _score, file, _line in ranked}:
+        try:
+            tree = ast.parse((ctx.root / file).read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.If) or (file, node.lineno) not in scores:
+                continue
+            branch = [(scores[(file, s.lineno)], s.lineno) for s in (*node.body, *node.orelse)
+                      if (file, s.lineno) in scores and not isinstance(s, ast.If)]
+            if branch and max(branch)[0] > scores[(file, node.lineno)]:
+                score, line = max(branch)
+                scores[(file, node.lineno)] = score
+                deciding[(file, node.lineno)] = line
+    return [(scores[(file, line)], file, line) for _score, file, line in ranked], deciding
+
+
 def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]],
             already: set[tuple[str, int | None]], explained: Collection[str] = (),
             names: frozenset[str] = frozenset()) -> list[Finding]:
@@ -440,6 +466,7 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
     # a def or class line "runs" at every call and import: it is never the changed behaviour itself
     headers = {(file, span[0]) for file, table in tables.items() for span in table.spans.values()}
     ranked = [r for r in ranked if (r[1], r[2]) not in headers]
+    ranked, deciding = _with_conditions(ranked, ctx, tables)
     ranked.sort(key=lambda r: (-round(r[0], 12), not _mentions(tables[r[1]], r[2], names), r[1], r[2]))
     ranked.sort(key=lambda r: not is_changed(r[1], r[2]))
     out = []
@@ -451,9 +478,11 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
                {table.owner.get(x) for x in buckets.get(n, {}).get(file, set())}]
         ran_failed = sum(1 for n in ran if n in failed)
         edited = "; its function has uncommitted edits" if is_changed(file, line) else ""
+        branch = (f"; it decides whether the branch at line {deciding[(file, line)]} runs, which the failing "
+                  "tests run more than the passing ones" if (file, line) in deciding else "")
         out.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
                            message=f"likely cause of the failing set tests: "
-                           f"{in_words(ran_failed, len(failed), len(ran) - ran_failed, len(passed))}{edited}",
+                           f"{in_words(ran_failed, len(failed), len(ran) - ran_failed, len(passed))}{branch}{edited}",
                            hint="of the added lines, the failing tests run this one the most and the passing "
                            "ones the least (an Ochiai ranking): read it first"))
     return out

@@ -37,7 +37,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -364,22 +364,32 @@ def in_words(ran_failed: int, failed: int, ran_passed: int, passed: int) -> str:
 _BUILTIN_NAMES = frozenset(dir(builtins))
 
 
-def checked_names(failures: Iterable[dict[str, Any]], tests: list[Path], set_dir: Path) -> frozenset[str]:
-    """The names the failing tests' failing statements check: each one's attributes read (not called)
-    and the plain names it reads that the test file does not import (``commit.commit_lens``,
-    ``commit_lens.tolist()`` -> ``commit_lens``), and an ``AssertionError``'s own message word. What the
-    locator breaks ties with: of equally suspect added lines, those that mention what failed."""
+def checked_names(failures: Iterable[dict[str, Any]], tests: list[Path], set_dir: Path) -> dict[str, int]:
+    """The names the failing tests' failing statements check, each with the number of failing tests
+    that check it: each statement's attributes read (not called) and the plain names it reads that the
+    test file does not import (``commit.commit_lens``, ``commit_lens.tolist()`` -> ``commit_lens``), and
+    an ``AssertionError``'s own message words. What the locator breaks ties with: of equally suspect
+    added lines, those that mention what most failing tests check."""
     prefixes = tuple(str(scope.resolve()) + "/" for scope in scopes(tests))
-    names: set[str] = set()
+    counts: dict[str, int] = {}
     parsed: dict[Path, ast.Module | None] = {}
     for failure in failures:
-        frames = [(resolve(p, set_dir).resolve(), line) for p, line in failure.get("entries", [])]
-        inside = [(p, line) for p, line in frames if str(p).startswith(prefixes)]
-        crash = failure.get("crash")
-        if crash and crash[2] and crash[2].startswith("AssertionError: "):
-            names.update(w for w in _WORD.findall(crash[2].splitlines()[0][len("AssertionError: "):]))
-        if not inside:
-            continue
+        names: set[str] = set()
+        _checked_by(failure, prefixes, set_dir, parsed, names)
+        for name in names:
+            if name not in _BUILTIN_NAMES and len(name) > 2:
+                counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _checked_by(failure: dict[str, Any], prefixes: tuple[str, ...], set_dir: Path,
+                parsed: dict[Path, ast.Module | None], names: set[str]) -> None:
+    frames = [(resolve(p, set_dir).resolve(), line) for p, line in failure.get("entries", [])]
+    inside = [(p, line) for p, line in frames if str(p).startswith(prefixes)]
+    crash = failure.get("crash")
+    if crash and crash[2] and crash[2].startswith("AssertionError: "):
+        names.update(w for w in _WORD.findall(crash[2].splitlines()[0][len("AssertionError: "):]))
+    if inside:
         path, line = inside[-1]
         if path not in parsed:
             try:
@@ -388,32 +398,32 @@ def checked_names(failures: Iterable[dict[str, Any]], tests: list[Path], set_dir
                 parsed[path] = None
         tree = parsed[path]
         if tree is None:
-            continue
+            return
         imported = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
                     if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
         statement = next((n for n in ast.walk(tree) if isinstance(n, ast.stmt) and not hasattr(n, "body")
                           and n.lineno <= line <= (n.end_lineno or n.lineno)), None)
         if statement is None:
-            continue
+            return
         called = {id(n.func) for n in ast.walk(statement) if isinstance(n, ast.Call)}
         for node in ast.walk(statement):
             if isinstance(node, ast.Attribute) and id(node) not in called:
                 names.add(node.attr)
             elif isinstance(node, ast.Name) and id(node) not in called and node.id not in imported:
                 names.add(node.id)
-    return frozenset(n for n in names if n not in _BUILTIN_NAMES and len(n) > 2)
 
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
 
 
-def _mentions(table: Statements, line: int, names: frozenset[str]) -> bool:
-    """Whether the added statement at ``line`` (the lines it owns itself) names one of ``names``."""
+def _mentions(table: Statements, line: int, names: Mapping[str, int]) -> int:
+    """How many failing tests check a name the added statement at ``line`` (the lines it owns itself)
+    mentions, summed over those names."""
     if not names:
-        return False
+        return 0
     own = [n for n in range(line, table.ends.get(line, line) + 1) if table.owner.get(n) == line]
     text = " ".join(table.text[n - 1] for n in own if 0 < n <= len(table.text))
-    return bool(set(_WORD.findall(text)) & names)
+    return sum(names.get(word, 0) for word in set(_WORD.findall(text)))
 
 
 def _with_conditions(ranked: list[tuple[float, str, int]], ctx: VerifyContext, tables: dict[str, Statements],
@@ -443,7 +453,7 @@ def _with_conditions(ranked: list[tuple[float, str, int]], ctx: VerifyContext, t
 
 def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]],
             already: set[tuple[str, int | None]], explained: Collection[str] = (),
-            names: frozenset[str] = frozenset()) -> list[Finding]:
+            names: Mapping[str, int] | None = None) -> list[Finding]:
     """The added statements most likely at fault when set tests fail, ranked by the spectrum of which
     tests run them (Ochiai over per-test lines: every test's, a failing run is never partly reused);
     of equally ranked ones, those naming what the failing assertions check (``names``) first.
@@ -467,7 +477,7 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
     headers = {(file, span[0]) for file, table in tables.items() for span in table.spans.values()}
     ranked = [r for r in ranked if (r[1], r[2]) not in headers]
     ranked, deciding = _with_conditions(ranked, ctx, tables)
-    ranked.sort(key=lambda r: (-round(r[0], 12), not _mentions(tables[r[1]], r[2], names), r[1], r[2]))
+    ranked.sort(key=lambda r: (-round(r[0], 12), -_mentions(tables[r[1]], r[2], names or {}), r[1], r[2]))
     ranked.sort(key=lambda r: not is_changed(r[1], r[2]))
     out = []
     for _score, file, line in ranked[:LOCATED]:

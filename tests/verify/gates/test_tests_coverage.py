@@ -238,13 +238,16 @@ COMMIT_TESTS = ("import os, sys\nsys.path.insert(0, os.path.join(os.environ['PAT
                 "from pkg.algo import commit\n\n\n"
                 "def test_each_request_commits_its_bonus_token():\n    out = commit([1, 2])\n"
                 "    assert out.commit_lens == [2, 3]\n\n\n"
+                "def test_a_longer_batch_too():\n    lengths = [3, 1, 4]\n"
+                "    assert commit(lengths).commit_lens == [n + 1 for n in lengths]\n\n\n"
                 "def test_the_steps_are_the_requests():\n    assert commit([1, 2]).steps == 2\n")
 
 
 def test_of_equally_suspect_lines_the_locator_puts_those_naming_what_failed_first(make_ctx):
-    """Every statement of commit() runs in the failing test and in the passing one (the spectrum ties
-    them all); the failing assertion checks `out.commit_lens`: the statement assigning it comes first,
-    then the return naming it, on a tree without uncommitted edits (the defect is in the patch)."""
+    """Every statement of commit() runs in the failing tests and in the passing one (the spectrum ties
+    them all); both failing assertions check `commit_lens`, one also `lengths`, which the function's
+    first statements read: the statement assigning `commit_lens` comes first, then the return naming
+    it, on a tree without uncommitted edits (the defect is in the patch)."""
     from patchkit.checks import settests
 
     files = {"python/pkg/__init__.py": "", "python/pkg/algo.py": COMMIT, "@set/tests/test_algo.py": COMMIT_TESTS}

@@ -6,8 +6,10 @@ mypy on the same touched files; with ``--seeded`` / ``--corpus``, which defects 
 Cold = an empty result cache and fresh in-process memos; warm = the same inputs again. Creating the
 isolated environment is timed on its own and excluded from both (it is built once per manifest pin
 set). ``--seeded`` uses the DEFECTS table of tests/verify/test_seeded_defects.py, ``--corpus`` the
-independent corpus of tests/verify/corpus/ (defects.toml and benign.toml): each entry is realised in
-a copy of the target (tests/verify/corpus/seeding.py) and checked by every gate, pyright and mypy;
+independent corpus of tests/verify/corpus/ (defects.toml and benign.toml; ``--corpus-file
+tests/verify/corpus/sets_corpus.toml`` for the v2/v3 corpus's entries of ``--set``): each entry is
+realised in a copy of the target and checked by every gate (tests/verify/corpus/evaluate.py, the
+corpus tests' own evaluation), pyright and mypy;
 a tool catches an entry when it reports an error the clean tree does not have. Prints markdown
 tables; ``--json FILE`` keeps the raw numbers. Goals: warm command <= 2 s, cold static
 gates (compile, xref, dispatch) < 5 s on 2 cores, every corpus defect caught, >= 90 % at its own
@@ -172,10 +174,12 @@ def time_type_checkers(ctx: VerifyContext, python: str) -> list[dict[str, Any]]:
 
 def catch_table(set_dir: Path, target: Path, python: str, edits: list[Any], gates: list[str], tools: list[str],
                 benign: bool = False) -> list[dict[str, Any]]:
-    """For each edit: which gates, pyright and mypy report an error the clean tree does not have, and
-    whether a gate names the edited file (and line). The edit is realised in a scratch clone."""
-    from tests.verify.corpus.seeding import realise, seeded
+    """For each edit: which gates, pyright and mypy report an error (with ``benign``, a gate's warning
+    too) the clean tree does not have, and whether a gate names the edited file (and line). The edit is
+    realised in a scratch clone and the gates run by the corpus tests' helper (tests/verify/corpus/evaluate.py)."""
+    from tests.verify.corpus.evaluate import Entry, realised, run_gates
 
+    severities = ("error", "warning") if benign else ("error",)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-catch-") as tmp:
         tree = Path(tmp) / "tree"
@@ -185,24 +189,18 @@ def catch_table(set_dir: Path, target: Path, python: str, edits: list[Any], gate
         baseline = {"pyright": (run_pyright(clean, python) or (0, set()))[1] if "pyright" in tools else set(),
                     "mypy": (run_mypy(clean, Path(tmp) / "mypy") or (0, set()))[1] if "mypy" in tools else set()}
         for edit in edits:
-            seed = realise(set_dir, tree, edit)
-            with seeded(tree, seed):
-                ctx = build_context(set_dir, tree)
-                runs = [run_gate(name, GATES.__getitem__, ctx) for name in gates]
-                caught = {r.gate: any(f.severity == Severity.ERROR for f in r.findings) for r in runs}
-                if benign:
-                    caught = {r.gate: any(f.severity in (Severity.ERROR, Severity.WARNING) for f in r.findings)
-                              for r in runs}
-                errors = [f for r in runs for f in r.findings if f.severity == Severity.ERROR]
+            entry = Entry(set_dir, edit)
+            with realised(entry, tree) as (seed, ctx):
+                outcome = run_gates(seed, ctx, entry, gates)
+                caught = {gate: outcome.flagged(gate, severities) for gate in gates}
                 if "pyright" in tools:
                     caught["pyright"] = bool((run_pyright(ctx, python) or (0, set()))[1] - baseline["pyright"])
                 if "mypy" in tools:
                     caught["mypy"] = bool((run_mypy(ctx, Path(tmp) / "mypy") or (0, set()))[1] - baseline["mypy"])
-            rows.append({"entry": edit.name, "kind": edit.kind, "file": seed.file, "line": seed.line, "caught": caught,
-                         "own_file": any(f.file == seed.file for f in errors),
-                         "own_line": any((f.file, f.line) == (seed.file, seed.line) for f in errors)})
-            print(f"  {edit.name}: {'own' if rows[-1]['own_file'] else '   '} "
-                  f"{[g for g, c in caught.items() if c]}", file=sys.stderr, flush=True)
+            rows.append({"entry": edit.name, "kind": edit.kind, "file": outcome.file, "line": outcome.line,
+                         "caught": caught, "own_file": bool(outcome.at_file), "own_line": bool(outcome.at_line),
+                         "where": outcome.where})
+            print(f"  {edit.name}: {outcome.where:7} {[g for g, c in caught.items() if c]}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -212,11 +210,14 @@ def seeded_edits() -> list[Any]:
     return [d.edit for d in seeded.DEFECTS]
 
 
-def corpus_edits(table: str) -> list[Any]:
-    from tests.verify.corpus.seeding import load_edits
+def corpus_edits(table: str, set_dir: Path, corpus: Path | None = None) -> list[Any]:
+    """The corpus entries that edit ``set_dir``: the v1 corpus (defects.toml, benign.toml) by default, or
+    a corpus file naming each entry's set (``--corpus-file tests/verify/corpus/sets_corpus.toml``)."""
+    from tests.verify.corpus.evaluate import load_entries
 
-    name = "defects.toml" if table == "defect" else "benign.toml"
-    return list(load_edits(REPO / "tests" / "verify" / "corpus" / name, table))
+    here = REPO / "tests" / "verify" / "corpus"
+    path = corpus or here / ("defects.toml" if table == "defect" else "benign.toml")
+    return [e.edit for e in load_entries(path, table, set_dir) if e.set_dir.resolve() == set_dir.resolve()]
 
 
 # ---------------------------------------------------------------- report
@@ -258,6 +259,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seeded", action="store_true", help="also build the seeded-defect catch table")
     parser.add_argument("--corpus", action="store_true", help="also build the corpus catch tables")
+    parser.add_argument("--corpus-file", type=Path, help="a corpus naming each entry's set (sets_corpus.toml); "
+                        "its entries for --set are evaluated (default: the v1 corpus, defects.toml and benign.toml)")
     parser.add_argument("--no-timing", action="store_true", help="skip the timing tables")
     parser.add_argument("--json", type=Path, help="write the raw numbers here")
     parser.add_argument("--gates", default=",".join(GATES), help="comma-separated gates to time and to catch with")
@@ -293,10 +296,11 @@ def main() -> None:
         report["seeded"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, seeded_edits(), gates, tools)
         print_catches("Seeded defects", report["seeded"], gates, tools)
     if args.corpus:
-        report["corpus"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, corpus_edits("defect"), gates, tools)
+        defects = corpus_edits("defect", ctx.set_dir, args.corpus_file)
+        report["corpus"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, defects, gates, tools)
         print_catches("Corpus defects", report["corpus"], gates, tools)
-        report["benign"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, corpus_edits("benign"), gates, tools,
-                                       benign=True)
+        benign = corpus_edits("benign", ctx.set_dir, args.corpus_file)
+        report["benign"] = catch_table(ctx.set_dir, ctx.root, interpreter.python, benign, gates, tools, benign=True)
         print_catches("Corpus benign edits", report["benign"], gates, tools, benign=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))

@@ -55,6 +55,7 @@ from patchkit.checks._backend.causes import (
     branch_causes,
     constant_causes,
     default_causes,
+    guard_causes,
     parsed_sources,
 )
 from patchkit.checks._backend.matrix import Coverage, describe_row, generated_cases
@@ -383,16 +384,25 @@ _DERIVED_BACKENDS = {"verify_backend": "verify_backend", "tree_mask": "verify_ba
 def _failed_values(case: dict[str, Any], values: dict[str, Any], algorithm: str) -> set[tuple[str, str]]:
     """The (field, value) pairs a failing case is about: what the tree refused when it should not have
     (the quoted names in its message, in any field), the expected fields it resolved otherwise, and the
-    backend fields behind a verify backend without the tree mask. A case that fails for another reason
-    (a refusal naming the wrong flag, a refusal that never came, the command line disagreeing) is
-    about no value."""
+    backend fields behind a verify backend without the tree mask. A case refused for another reason
+    than the refusal it expects (``trtllm_mha`` let through the tree-mask check, then refused for its
+    page size) is also about the value that refusal was for: the generated case's offending value, else
+    the backends the case names explicitly. A case that fails for another reason (a refusal naming the
+    wrong flag, the command line disagreeing) is about no value."""
     if "error" in values:
         exception = case.get("exception")
         unexpected = (not case["expect_error"] and not case.get("expect_error_flag") and not exception
                       and (case.get("generated") is None or case.get("expect_resolves")))
         wrong = ((case["expect_error"] and case["expect_error"] not in values["error"])
                  or (exception is not None and exception["error"] not in values["error"]))
-        return {(ANY_FIELD, v) for v in _QUOTED.findall(values["error"])} if unexpected or wrong else set()
+        if not (unexpected or wrong):
+            return set()
+        failed = {(ANY_FIELD, v) for v in _QUOTED.findall(values["error"])}
+        if wrong and case["expect_error"]:
+            refused_for = ([str(case["offending"])] if case.get("offending") is not None
+                           else [str(case["args"][f]) for f in BACKEND_FIELDS if case.get("args", {}).get(f)])
+            failed |= {(ANY_FIELD, v) for v in refused_for}
+        return failed
 
     def backends(derived: str) -> set[tuple[str, str]]:
         return {(field, str(values.get(derived))) for field in BACKEND_FIELDS}
@@ -463,6 +473,20 @@ def _causes(ctx: VerifyContext, row: dict[str, Any], failed: set[tuple[str, str]
     return tuple(dict.fromkeys(found))
 
 
+def _guards(case: dict[str, Any], values: dict[str, Any], row: dict[str, Any], ctx: VerifyContext,
+            added: dict[str, frozenset[int]], sources: dict[str, str]) -> tuple[tuple[str, int, str], ...]:
+    """A case that expects a refusal the set raises and did not get it: the condition that let it through."""
+    expected = case.get("expect_error")
+    if not expected or expected in str(values.get("error", "")):
+        return ()
+    executed: dict[str, set[int]] = {}
+    for entry in row.get("executed", []):
+        rel = tree_relative(ctx, entry[0])
+        if rel is not None:
+            executed.setdefault(rel, set()).add(int(entry[1]))
+    return tuple(guard_causes(sources, added, expected, executed))
+
+
 def _reads_a_cause(ctx: VerifyContext, sources: dict[str, str], traced: tuple[str, int] | None,
                    causes: tuple[tuple[str, int, str], ...]) -> bool:
     """Whether the traced line only reads a constant named as the cause (then the constant is the
@@ -504,6 +528,9 @@ def evaluate(ctx: VerifyContext) -> Evaluation:
         failed = _failed_values(case, values, algorithm) if problems else set()
         produced = _produced(ctx, row, failed, added) if problems else ()
         causes = _causes(ctx, row, failed, added, sources) if problems else ()
+        guards = _guards(case, values, row, ctx, added, sources) if problems else ()
+        if guards:  # the condition that let the case through is the cause: the last line that ran is none
+            causes, traced = tuple(dict.fromkeys(causes + guards)), None
         if _reads_a_cause(ctx, sources, traced, causes):
             traced = None
         name = case["name"] + (f" ({describe_row(case['generated'])})" if case.get("generated") else "")

@@ -25,6 +25,9 @@ nested function is reachable as ``mod.Class.method.<locals>.inner`` with its fre
 Each failure is reported at the line the series added that it traces back to: of the added lines
 that ran during the call, the last one mentioning a name in the failed expectation (else the last
 one that ran), so ``custom_mask=None`` in the capture path is named, not the expectations file.
+Where another call of the same function passes, the lines only the failing call ran come first
+(the branch it took and the passing call did not: a DDTREE request sent to DFLASH's validator is
+named at that call, not at the queueing both calls share).
 Results are cached by the content of every tree file the probe imported.
 """
 
@@ -160,7 +163,10 @@ def run(ctx: VerifyContext) -> list[Finding]:
             continue
         call = calls[n] if n < len(calls) else {}
         tokens = tokens_of(*row["problems"], call.get("raises") or "")
-        traced = trace_back(ctx, row.get("executed", []), added, tokens, row.get("function"), row.get("raised_at"))
+        passing = [line for other in payload["rows"] if not other["problems"] and other.get("function")
+                   and other.get("function") == row.get("function") for line in other.get("executed", [])]
+        traced = trace_back(ctx, row.get("executed", []), added, tokens, row.get("function"), row.get("raised_at"),
+                            passing)
         file, line = traced if traced else (rel, call_line)
         where = f" (declared at {rel}:{call_line})" if traced else ""
         for problem in row["problems"]:
@@ -197,6 +203,24 @@ def validate(req, algorithm="DFLASH"):
     if req.return_logprob:
         return f"{algorithm} does not support return_logprob"
     return None
+
+
+def validate_tree(req):
+    return validate(req, "DDTREE")
+
+
+class Scheduler:
+    def handle(self, req):
+        if self.algorithm in ("DFLASH", "DDTREE"):
+            error = (
+                validate_tree(req)
+                if self.algorithm == "DDTREE"
+                else validate(req)
+            )
+            if error is not None:
+                self.queue.append(error)
+                return
+        self.queue.append(None)
 '''
 _CALLS = '''\
 [imports]
@@ -221,6 +245,20 @@ name = "a logprob request is refused"
 function = "runner.validate"
 args = ["ns(return_logprob=True)", "'DDTREE'"]
 expect = ["result is not None and 'DDTREE' in result"]
+
+[[call]]
+name = "the scheduler refuses a DDTREE logprob request with DDTREE's message"
+function = "runner.Scheduler.handle"
+self = { algorithm = "'DDTREE'" }
+args = ["ns(return_logprob=True)"]
+expect = ["'DDTREE does not support' in self.queue.append.call_args.args[0]"]
+
+[[call]]
+name = "the scheduler refuses a DFLASH logprob request with DFLASH's message"
+function = "runner.Scheduler.handle"
+self = { algorithm = "'DFLASH'" }
+args = ["ns(return_logprob=True)"]
+expect = ["'DFLASH does not support' in self.queue.append.call_args.args[0]"]
 '''
 
 
@@ -244,4 +282,8 @@ EXAMPLES = (
         'return f"{algorithm} does not support return_logprob"',
         'print(f"{algorithm} does not support return_logprob")')),
         passes=False, expect="`result is not None and 'DDTREE' in result` is false", config={"interpreter": "current"}),
+    Example(name="the scheduler sends DDTREE to DFLASH's validator", files=_example_tree(_RUNNER.replace(
+        "                validate_tree(req)\n", "                validate(req)\n")),
+        passes=False, expect="`'DDTREE does not support' in self.queue.append.call_args.args[0]` is false",
+        config=_CURRENT),
 )

@@ -28,18 +28,23 @@ members each helper must be true for, e.g. ``is_dflash_family = ["DFLASH", "DDTR
 definition is evaluated per member (``return self in (...)``, ``self == X``, calls of other helpers,
 ``and``/``or``/``not``; a plugin class's helper written in terms of other helpers is evaluated with
 the enum's definitions of those). A helper that stops covering DDTREE fails at its return line,
-before any of the sites that rely on it.
+before any of the sites that rely on it; a return written over several lines fails at the operand
+that decides the wrong member (the disjunct of an ``or`` true for a member the helper must not cover,
+the conjunct of an ``and`` false for one it must), where that operand is one of them.
 
 Findings: a site without a declaration (so after a rebase new sites fail until reviewed), reported at
 the line that differs from the declaration it replaces when the site changed; a site declared
 ``handled`` whose expression mentions neither DDTREE nor a covering helper; a declaration whose site
 no longer exists (stale: not judged while the declared file does not compile, the compile gate's
 finding); a member listed twice in a membership collection; a family helper whose
-definition is true for other members than declared.
+definition is true for other members than declared; a DDTREE site in a touched file whose ``if`` or
+conditional expression has the same code in both branches (a copied branch: the test decides nothing),
+at the branch the test selects.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import re
@@ -189,14 +194,14 @@ def run(ctx: VerifyContext) -> list[Finding]:
                         hint="fix the declaration") for p in problems]
     all_facts = _dispatch_facts(ctx)
     sites = collect_sites(ctx, all_facts)
-    by_key = {d.key: d for d in declarations}
-    present = {s.key for s in sites}
-    stale = [d for d in declarations if d.key not in present]
+    matched = _matched(sites, declarations)
+    taken = {id(d) for d in matched if d is not None}
+    stale = [d for d in declarations if id(d) not in taken]
     replaced: set[tuple[str, str, str, int]] = set()
     findings += _duplicate_findings(declarations, decl_rel)
     findings += family_findings(ctx, all_facts)
-    for site in sites:
-        declared = by_key.get(site.key)
+    findings += _copied_branches(ctx, sites, covers)
+    for site, declared in zip(sites, matched, strict=True):
         before = _replaced_declaration(site, stale) if declared is None else None
         findings += _listed_twice(site, before)
         if declared is None:
@@ -225,6 +230,84 @@ def run(ctx: VerifyContext) -> list[Finding]:
                         hint="the branch moved or changed: review it and update or remove the declaration")
             )
     return findings + [skipped(NAME, problem, sites) for problem, sites in unjudged.items()]
+
+
+def _copied_branches(ctx: VerifyContext, sites: list[Site], covers: tuple[str, ...]) -> list[Finding]:
+    """A DDTREE site (one mentioning a covering helper) in a touched file that tests an ``if`` or a
+    conditional expression whose two branches are the same code: the test decides nothing, DDTREE takes
+    the other algorithms' path (a branch copied from the other one). Reported at the branch the test
+    selects, the one written for DDTREE. Read from the source (the facts keep no branch bodies)."""
+    wanted: dict[str, dict[int, Site]] = {}
+    for site in sites:
+        if site.file in ctx.touched and site.line is not None and _covered(site, covers):
+            wanted.setdefault(site.file, {})[site.line] = site
+    findings = []
+    for rel, by_line in sorted(wanted.items()):
+        try:
+            tree = ast.parse((ctx.root / rel).read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            continue  # the compile gate's finding
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.If, ast.IfExp)) or node.test.lineno not in by_line:
+                continue
+            body = node.body if isinstance(node, ast.IfExp) else node.body[0]
+            same = (ast.dump(node.body) == ast.dump(node.orelse) if isinstance(node, ast.IfExp)
+                    else bool(node.orelse) and [ast.dump(n) for n in node.body] == [ast.dump(n) for n in node.orelse])
+            if same:
+                site = by_line[node.test.lineno]
+                findings.append(Finding(
+                    gate=NAME, severity=Severity.ERROR, file=rel, line=body.lineno,
+                    message=f"both branches of the dispatch site {_describe(site)} are the same code: DDTREE "
+                    "takes the path of the other algorithms",
+                    hint="one branch was probably copied from the other: restore what DDTREE needs here"))
+    return findings
+
+
+def _matched(sites: list[Site], declarations: list[Declaration]) -> list[Declaration | None]:
+    """Each site's declaration, by identity (file, scope, expression, occurrence). Where a scope has
+    both a site no declaration names and a declaration no site matches, an edit changed a site there,
+    and the occurrence numbers of the sites with its new expression may have shifted (an edit that
+    turns `is_ddtree()` into the `is_dflash()` of the next branch makes that one occurrence 1): the
+    scope's sites are then matched to its declarations in order (file order of each), so the edited
+    site is the one left undeclared, not its unchanged twin."""
+    by_key = {d.key: d for d in declarations}
+    out: list[Declaration | None] = [by_key.get(s.key) for s in sites]
+    taken = {id(d) for d in out if d is not None}
+    unmatched_scopes = {(s.file, s.scope) for s, d in zip(sites, out, strict=True) if d is None}
+    stale_scopes = {(d.file, d.scope) for d in declarations if id(d) not in taken}
+    for scope in unmatched_scopes & stale_scopes:
+        mine = sorted((n for n, s in enumerate(sites) if (s.file, s.scope) == scope),
+                      key=lambda n: sites[n].line or 0)
+        declared = [d for d in declarations if (d.file, d.scope) == scope]
+        for n in mine:
+            out[n] = None
+        for i, j in _aligned([d.expr for d in declared], [sites[n].expr for n in mine]):
+            out[mine[j]] = declared[i]
+    return out
+
+
+def _aligned(before: list[str], after: list[str]) -> list[tuple[int, int]]:
+    """The longest common subsequence of two lists of expressions as index pairs, of those the one
+    that keeps each match closest to its old position (two equal sites: the one in place is the old one)."""
+    n, m = len(before), len(after)
+    best = [[(0, 0)] * (m + 1) for _ in range(n + 1)]  # (matches, -displacement) for before[i:], after[j:]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            here = max(best[i + 1][j], best[i][j + 1])
+            if before[i] == after[j]:
+                matches, cost = best[i + 1][j + 1]
+                here = max(here, (matches + 1, cost - abs(i - j)))
+            best[i][j] = here
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        if before[i] == after[j] and best[i][j] == (best[i + 1][j + 1][0] + 1, best[i + 1][j + 1][1] - abs(i - j)):
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif best[i][j] == best[i + 1][j]:
+            i += 1
+        else:
+            j += 1
+    return pairs
 
 
 def _undeclared(site: Site, decl_rel: str, before: Declaration | None = None) -> Finding:
@@ -361,14 +444,65 @@ def family_findings(ctx: VerifyContext, all_facts: list[dict[str, Any]]) -> list
                 missing, extra = sorted(set(wanted) - set(true_for)), sorted(set(true_for) - set(wanted))
                 what = "; ".join(filter(None, [f"misses {', '.join(missing)}" if missing else "",
                                                 f"also covers {', '.join(extra)}" if extra else ""]))
+                line = _deciding_line(ctx.root / facts["path"], definition, {m: m in wanted for m in missing + extra},
+                                      predicates)
                 findings.append(Finding(
-                    gate=NAME, severity=Severity.ERROR, file=facts["path"], line=definition["line"],
+                    gate=NAME, severity=Severity.ERROR, file=facts["path"], line=line,
                     message=f"family helper {owner}.{definition['name']}() is true for "
                     f"{', '.join(true_for) or 'no member'}, "
                     f"but [verify.dispatch] families declares {', '.join(wanted)} ({what})",
                     hint="every site relying on this helper inherits the difference: fix the definition "
                     "(or the declaration, if the family really changed)"))
     return findings
+
+
+def _deciding_line(path: Path, definition: dict[str, Any], wrong: dict[str, bool],
+                   predicates: dict[str, dict[str, Any]]) -> int:
+    """Where a family helper's definition goes wrong: the line of the operand that decides each wrong
+    member (``wrong``: member -> the value the helper must have), the most blamed one; else the
+    return line. Read from the source only for a helper that is wrong, so the facts stay as they are."""
+    returns = _return_of(path, definition)
+    if returns is None:
+        return int(definition["line"])
+    lines = [line for member, want in wrong.items()
+             if (line := _decided_at(returns, definition["expr"], member, want, predicates)) is not None]
+    if not lines:
+        return int(definition["line"])
+    counts = Counter(lines)
+    return min(counts, key=lambda line: (-counts[line], line))
+
+
+def _return_of(path: Path, definition: dict[str, Any]) -> ast.expr | None:
+    """The returned expression of the helper ``definition`` names (its one return, at its line)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == definition["name"]:
+            for stmt in node.body:
+                if isinstance(stmt, ast.Return) and stmt.value is not None and stmt.lineno == definition["line"]:
+                    return stmt.value
+    return None
+
+
+def _decided_at(node: ast.expr, expr: list[Any], member: str, want: bool,
+                predicates: dict[str, dict[str, Any]]) -> int | None:
+    """The line of the innermost operand of ``node`` (``expr`` is its predicate tree) that makes it
+    differ from ``want`` for ``member``: an ``or``'s true operand where it must be false, an ``and``'s
+    false operand where it must be true, through ``not``. None when no one operand decides it."""
+    kind = expr[0]
+    if kind in ("or", "and") and isinstance(node, ast.BoolOp) and len(node.values) == len(expr) - 1:
+        decided = kind == "or"
+        if want == decided:
+            return None  # an or that must be true (an and that must be false): a missing operand, not a wrong one
+        for value, operand in zip(node.values, expr[1:], strict=True):
+            if _evaluate(operand, member, predicates) == decided:
+                return _decided_at(value, operand, member, want, predicates) or value.lineno
+        return None
+    if kind == "not" and isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _decided_at(node.operand, expr[1], member, not want, predicates)
+    return None
 
 
 def _duplicate_findings(declarations: list[Declaration], decl_rel: str) -> list[Finding]:
@@ -477,6 +611,35 @@ treatment = "not_applicable"
 reason = "DDTREE returned earlier"
 '''
 
+# a conditional expression on is_ddtree(): a copied branch makes its test decide nothing
+_VALIDATE = '''
+    def validate(self, req):
+        error = (
+            validate_tree(req)
+            if self.is_ddtree()
+            else validate_chain(req)
+        )
+        return error
+'''
+_VALIDATE_DECL = '''
+[[site]]
+file = "python/sglang/srt/speculative/spec_info.py"
+scope = "SpeculativeAlgorithm.validate"
+expr = "self.is_ddtree()"
+treatment = "handled"
+reason = "the tree's own request validator"
+'''
+
+# a helper whose return spans lines: a wrong member is reported at the operand that admits it
+_CHAIN_HELPER = '''
+    def is_chain_verified(self):
+        return (
+            self.is_dflash()
+            and not self.is_ddtree()
+        )
+'''
+_CHAIN_FAMILY = {"families": {"is_chain_verified": ["DFLASH"]}}
+
 EXAMPLES = (
     Example(name="every site declared", files={_SPEC: _SPEC_SRC, "@set/expectations/dispatch.toml": _DECL},
             passes=True),
@@ -504,4 +667,29 @@ EXAMPLES = (
         passes=False,
         expect="no longer exists",
     ),
+    Example(
+        name="a handled site copies the next branch's test",
+        files={_SPEC: _SPEC_SRC.replace("if self.is_ddtree():", "if self.is_dflash():"),
+               "@set/expectations/dispatch.toml": _DECL},
+        passes=False,
+        expect="undeclared dispatch site in SpeculativeAlgorithm.create_worker: `self.is_dflash()` "
+               "(branches on is_dflash()): it replaces the declared `self.is_ddtree()`",
+    ),
+    Example(name="the tree branch copies the chain branch",
+            files={_SPEC: _SPEC_SRC + _VALIDATE.replace("validate_tree(req)\n", "validate_chain(req)\n"),
+                   "@set/expectations/dispatch.toml": _DECL + _VALIDATE_DECL},
+            passes=False, expect="are the same code: DDTREE takes the path of the other algorithms"),
+    Example(name="the tree branch validates the tree",
+            files={_SPEC: _SPEC_SRC + _VALIDATE, "@set/expectations/dispatch.toml": _DECL + _VALIDATE_DECL},
+            passes=True),
+    Example(name="a family helper over several lines covers what it declares",
+            files={_SPEC: _SPEC_SRC + _CHAIN_HELPER, "@set/expectations/dispatch.toml": _DECL},
+            passes=True, config=_CHAIN_FAMILY),
+    Example(name="a family helper's disjunct admits DDTREE",
+            files={_SPEC: _SPEC_SRC + _CHAIN_HELPER.replace("and not self.is_ddtree()", "or self.is_ddtree()"),
+                   "@set/expectations/dispatch.toml": _DECL},
+            passes=False,
+            expect="is_chain_verified() is true for DDTREE, DFLASH, but [verify.dispatch] families declares DFLASH "
+                   "(also covers DDTREE)",
+            config=_CHAIN_FAMILY),
 )

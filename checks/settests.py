@@ -17,8 +17,10 @@ every added Python statement no set test runs and no ``[verify.tests.unreachable
 covers is a warning, per patch (an error with ``[verify.tests] strict_coverage = true``, which
 ``patchkit verify --strict-coverage`` sets for one run); when tests fail, the added
 lines the failing tests ran and the passing ones did not are ranked (Ochiai, the functions with
-uncommitted edits first) and the top candidates are findings at their line, the reason said in
-words. A coverage declaration that matches nothing the set adds is an error at the manifest's line
+uncommitted edits first; an added ``if`` at least as high as its branches' statements; of equally
+ranked lines, those naming what the failing assertions check, ``commit.commit_lens`` ->
+``commit_lens = ...``) and the top candidates are findings at their line, the
+reason said in words. A coverage declaration that matches nothing the set adds is an error at the manifest's line
 naming the nearest match (never a refusal to start: the other gates run); one whose every statement
 a set test ran is a warning. A run with a failing test runs every test (never partly reused), so
 the cache changes no finding.
@@ -26,6 +28,8 @@ the cache changes no finding.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import json
 import os
 import re
@@ -33,7 +37,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -267,7 +271,8 @@ def findings_from(outcome: dict[str, Any], tests: list[Path], ctx: VerifyContext
         traced = (traced_finding(f, ctx, added) for f in failures)
         findings += list({(f.file, f.line): f for f in traced if f is not None}.values())
         explained = {nodeid for nodeids in unrun.values() for nodeid in nodeids}
-        findings += located(outcome, ctx, added, {(f.file, f.line) for f in findings}, explained)
+        findings += located(outcome, ctx, added, {(f.file, f.line) for f in findings}, explained,
+                            checked_names(failures, tests, ctx.set_dir))
     findings += [skipped(NAME, cause, nodeids) for cause, nodeids in unrun.items()]
     shown = display_path(tests[0])
     if code == 5:
@@ -356,10 +361,102 @@ def in_words(ran_failed: int, failed: int, ran_passed: int, passed: int) -> str:
     return failing + f", and {ran_passed} of the {passed} passing tests do too"
 
 
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+def checked_names(failures: Iterable[dict[str, Any]], tests: list[Path], set_dir: Path) -> dict[str, int]:
+    """The names the failing tests' failing statements check, each with the number of failing tests
+    that check it: each statement's attributes read (not called) and the plain names it reads that the
+    test file does not import (``commit.commit_lens``, ``commit_lens.tolist()`` -> ``commit_lens``), and
+    an ``AssertionError``'s own message words. What the locator breaks ties with: of equally suspect
+    added lines, those that mention what most failing tests check."""
+    prefixes = tuple(str(scope.resolve()) + "/" for scope in scopes(tests))
+    counts: dict[str, int] = {}
+    parsed: dict[Path, ast.Module | None] = {}
+    for failure in failures:
+        names: set[str] = set()
+        _checked_by(failure, prefixes, set_dir, parsed, names)
+        for name in names:
+            if name not in _BUILTIN_NAMES and len(name) > 2:
+                counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _checked_by(failure: dict[str, Any], prefixes: tuple[str, ...], set_dir: Path,
+                parsed: dict[Path, ast.Module | None], names: set[str]) -> None:
+    frames = [(resolve(p, set_dir).resolve(), line) for p, line in failure.get("entries", [])]
+    inside = [(p, line) for p, line in frames if str(p).startswith(prefixes)]
+    crash = failure.get("crash")
+    if crash and crash[2] and crash[2].startswith("AssertionError: "):
+        names.update(w for w in _WORD.findall(crash[2].splitlines()[0][len("AssertionError: "):]))
+    if inside:
+        path, line = inside[-1]
+        if path not in parsed:
+            try:
+                parsed[path] = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+            except (OSError, SyntaxError, ValueError):
+                parsed[path] = None
+        tree = parsed[path]
+        if tree is None:
+            return
+        imported = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+        statement = next((n for n in ast.walk(tree) if isinstance(n, ast.stmt) and not hasattr(n, "body")
+                          and n.lineno <= line <= (n.end_lineno or n.lineno)), None)
+        if statement is None:
+            return
+        called = {id(n.func) for n in ast.walk(statement) if isinstance(n, ast.Call)}
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Attribute) and id(node) not in called:
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and id(node) not in called and node.id not in imported:
+                names.add(node.id)
+
+
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def _mentions(table: Statements, line: int, names: Mapping[str, int]) -> int:
+    """How many failing tests check a name the added statement at ``line`` (the lines it owns itself)
+    mentions, summed over those names."""
+    if not names:
+        return 0
+    own = [n for n in range(line, table.ends.get(line, line) + 1) if table.owner.get(n) == line]
+    text = " ".join(table.text[n - 1] for n in own if 0 < n <= len(table.text))
+    return sum(names.get(word, 0) for word in set(_WORD.findall(text)))
+
+
+def _with_conditions(ranked: list[tuple[float, str, int]], ctx: VerifyContext, tables: dict[str, Statements],
+                     ) -> tuple[list[tuple[float, str, int]], dict[tuple[str, int], int]]:
+    """The ranking with each added ``if`` ranked at least as high as the statements of its branches: a
+    branch the failing tests take more than the passing ones points at the condition that sent them
+    there (``if b >= budget - 1:`` where ``==`` was meant), which every test runs alike. Returns the
+    ranking and, per raised condition, the line of the branch statement it was raised for."""
+    scores = {(file, line): score for score, file, line in ranked}
+    deciding: dict[tuple[str, int], int] = {}
+    for file in {file for _score, file, _line in ranked}:
+        try:
+            tree = ast.parse((ctx.root / file).read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.If) or (file, node.lineno) not in scores:
+                continue
+            branch = [(scores[(file, s.lineno)], s.lineno) for s in (*node.body, *node.orelse)
+                      if (file, s.lineno) in scores and not isinstance(s, ast.If)]
+            if branch and max(branch)[0] > scores[(file, node.lineno)]:
+                score, line = max(branch)
+                scores[(file, node.lineno)] = score
+                deciding[(file, node.lineno)] = line
+    return [(scores[(file, line)], file, line) for _score, file, line in ranked], deciding
+
+
 def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozenset[int]],
-            already: set[tuple[str, int | None]], explained: Collection[str] = ()) -> list[Finding]:
+            already: set[tuple[str, int | None]], explained: Collection[str] = (),
+            names: Mapping[str, int] | None = None) -> list[Finding]:
     """The added statements most likely at fault when set tests fail, ranked by the spectrum of which
-    tests run them (Ochiai over per-test lines: every test's, a failing run is never partly reused).
+    tests run them (Ochiai over per-test lines: every test's, a failing run is never partly reused);
+    of equally ranked ones, those naming what the failing assertions check (``names``) first.
     The ``explained`` failures (a file that does not compile) are left out: they rank nothing."""
     tests = {n: t for n, t in (outcome.get("tests") or {}).items() if n not in explained}
     failed = {n for n, t in tests.items() if t.get("outcome") == "failed"}
@@ -379,6 +476,8 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
     # a def or class line "runs" at every call and import: it is never the changed behaviour itself
     headers = {(file, span[0]) for file, table in tables.items() for span in table.spans.values()}
     ranked = [r for r in ranked if (r[1], r[2]) not in headers]
+    ranked, deciding = _with_conditions(ranked, ctx, tables)
+    ranked.sort(key=lambda r: (-round(r[0], 12), -_mentions(tables[r[1]], r[2], names or {}), r[1], r[2]))
     ranked.sort(key=lambda r: not is_changed(r[1], r[2]))
     out = []
     for _score, file, line in ranked[:LOCATED]:
@@ -389,9 +488,11 @@ def located(outcome: dict[str, Any], ctx: VerifyContext, added: dict[str, frozen
                {table.owner.get(x) for x in buckets.get(n, {}).get(file, set())}]
         ran_failed = sum(1 for n in ran if n in failed)
         edited = "; its function has uncommitted edits" if is_changed(file, line) else ""
+        branch = (f"; it decides whether the branch at line {deciding[(file, line)]} runs, which the failing "
+                  "tests run more than the passing ones" if (file, line) in deciding else "")
         out.append(Finding(gate=NAME, severity=Severity.ERROR, file=file, line=line,
                            message=f"likely cause of the failing set tests: "
-                           f"{in_words(ran_failed, len(failed), len(ran) - ran_failed, len(passed))}{edited}",
+                           f"{in_words(ran_failed, len(failed), len(ran) - ran_failed, len(passed))}{branch}{edited}",
                            hint="of the added lines, the failing tests run this one the most and the passing "
                            "ones the least (an Ochiai ranking): read it first"))
     return out

@@ -15,6 +15,11 @@ kinds of cause stay invisible to it.
   when it holds a value the case failed on and an added line that ran reads it, at the line of that
   value inside it; the reading line is then no finding of its own (one finding per cause).
 
+- **The condition guarding the refusal a case expects**: a case that expects an error the set raises
+  (``expect_error`` found in the message of an added ``raise``) and did not get it ran that raise's
+  ``if`` test, which let the case through (``if block_size < 1:`` where ``< 2`` was meant): named at the
+  test's line when that test ran and the raise did not.
+
 A touched file that does not parse is the compile gate's finding: the finders read only the sources
 :func:`parsed_sources` keeps (and each finder, handed one anyway, finds nothing in it), so no input
 makes the gate crash.
@@ -172,4 +177,41 @@ def constant_causes(sources: Mapping[str, str], added: Mapping[str, frozenset[in
             at = next((n.lineno for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value == held[0]),
                       node.lineno)
             out.append((rel, at, f"{name} {CONSTANT_CAUSE} holds {held[0]!r}, and the check that ran reads it"))
+    return out
+
+
+def _message_text(node: ast.expr) -> str:
+    """The literal text of an error message: string constants, f-strings' literal parts (each value
+    a gap), implicit concatenation and ``+`` of them; "" for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "\0"
+                       for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _message_text(node.left) + _message_text(node.right)
+    return ""
+
+
+def guard_causes(sources: Mapping[str, str], added: Mapping[str, frozenset[int]], expected: str,
+                 executed: Mapping[str, set[int]]) -> list[tuple[str, int, str]]:
+    """(file, line, why) of the ``if`` test guarding an added ``raise`` whose message holds ``expected``
+    (the refusal a case expects and did not get), when that test ran and the raise did not."""
+    out = []
+    for rel, source in sources.items():
+        lines = added.get(rel, frozenset())
+        ran = executed.get(rel, set())
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.If) or node.test.lineno not in ran:
+                continue
+            for stmt in node.body:
+                if (isinstance(stmt, ast.Raise) and stmt.lineno in lines and stmt.lineno not in ran
+                        and isinstance(stmt.exc, ast.Call) and stmt.exc.args
+                        and expected in _message_text(stmt.exc.args[0])):
+                    out.append((rel, node.test.lineno, f"this condition ran and let the case through: the refusal it "
+                                f"expects ({expected!r}) is the raise at {rel}:{stmt.lineno}, which did not run"))
     return out

@@ -142,15 +142,20 @@ def tokens_of(*texts: str) -> set[str]:
 
 def trace_back(ctx: VerifyContext, executed: Iterable[Sequence[Any]], added: Mapping[str, frozenset[int]],
                tokens: set[str], function: str | None = None, raised_at: Sequence[Any] | None = None,
+               passing: Iterable[Sequence[Any]] = (),
                ) -> tuple[str, int] | None:
     """The added line a failing check most likely comes from, of the added lines that ran
     (``executed``: (file, line, code key) in order):
 
     1. a ``raise`` at an added line: the condition that led to it (the line that ran just before it in
        the same function); any other error at an added line: that line;
-    2. in the probed ``function`` itself: the last line mentioning a token of the failure (a field
-       name, a value), else its last added line that ran (the function returned something wrong);
-    3. anywhere: the last line mentioning a token, else the last added line that ran.
+    2. in the probed ``function`` itself, of the lines no passing check of the same function ran
+       (``passing``: their executed lines; the branch only the failing check took): the last one
+       mentioning a token of the failure (a field name, a value), else the first (where the failing
+       path left the passing ones);
+    3. in the probed ``function``: the last line mentioning a token, else its last added line that
+       ran (the function returned something wrong);
+    4. anywhere: the last line mentioning a token, else the last added line that ran.
     """
     sources: dict[str, list[str]] = {}
 
@@ -174,6 +179,13 @@ def trace_back(ctx: VerifyContext, executed: Iterable[Sequence[Any]], added: Map
         return bool(set(_WORD.findall(text(rel, line))) & tokens)
 
     own = [r for r in ran if function is not None and r[2] == function]
+    others = {(rel, int(row[1])) for row in passing if (rel := tree_relative(ctx, row[0])) is not None}
+    apart = [r for r in own if (r[0], r[1]) not in others] if others else []
+    hits = [r for r in apart if mentions(r[0], r[1])]
+    if hits:
+        return hits[-1][0], hits[-1][1]
+    if apart:
+        return apart[0][0], apart[0][1]
     for group in (own, ran):
         hits = [r for r in group if mentions(r[0], r[1])]
         if hits:

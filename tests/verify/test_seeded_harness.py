@@ -70,6 +70,43 @@ def test_ambiguous_or_context_only_edits_are_refused(two_patch_set):
         realise(set_dir, tree, Edit("occurrence", "0001-*.patch", "return DDTREE_G", "y", occurrence=1))
 
 
+def _series(tmp_path: Path, *contents: str) -> tuple[Path, Path]:
+    """A set whose patches take python/mod.py from BASE through ``contents``, and the applied tree."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    git(tree, "init", "-q")
+    (tree / "python").mkdir()
+    (tree / "python/mod.py").write_text(BASE)
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "-m", "base")
+    for n, content in enumerate(contents):
+        (tree / "python/mod.py").write_text(content)
+        git(tree, "commit", "-qam", f"step {n}")
+    set_dir = tmp_path / "set"
+    set_dir.mkdir()
+    git(tree, "format-patch", "-q", "-o", str(set_dir), f"HEAD~{len(contents)}")
+    (set_dir / "series").write_text("\n".join(sorted(p.name for p in set_dir.glob("*.patch"))) + "\n")
+    return set_dir, tree
+
+
+def test_a_later_patch_with_the_edited_line_as_context_is_carried_over(tmp_path):
+    """0002 adds h() right below g(): its context holds the line 0001 adds, as the refreshed series has it."""
+    g = BASE + "\n\ndef g():\n    return DDTREE_G\n"
+    set_dir, tree = _series(tmp_path, g, g + "\n\ndef h():\n    return 2\n")
+    assert " return DDTREE_G" in next(set_dir.glob("0002-*.patch")).read_text()  # context of 0002
+    seed = realise(set_dir, tree, Edit("g", "0001-*.patch", "return DDTREE_G", "return DDTREE_H"))
+    assert (seed.line, seed.text) == (9, "    return DDTREE_H")
+    assert seed.content == (tree / "python/mod.py").read_bytes().replace(b"DDTREE_G", b"DDTREE_H")
+
+
+def test_an_edit_a_later_patch_rewrites_is_refused_by_name(tmp_path):
+    """0002 rewrites the line 0001 adds: the edit never reaches the applied set, so the entry must move."""
+    g = BASE + "\n\ndef g():\n    return DDTREE_G\n"
+    set_dir, tree = _series(tmp_path, g, g.replace("return DDTREE_G", "return DDTREE_G2"))
+    with pytest.raises(AssertionError, match="not in the applied set any more"):
+        realise(set_dir, tree, Edit("g", "0001-*.patch", "return DDTREE_G", "return DDTREE_H"))
+
+
 def test_the_clean_file_comes_back_even_when_the_check_fails(two_patch_set):
     set_dir, tree = two_patch_set
     clean = (tree / "python/mod.py").read_bytes()

@@ -3,8 +3,9 @@
 A seeded defect (or a corpus entry) edits ONE added ("+") line of one patch of a set. Applying the
 whole edited set to a fresh base costs a lock, an apply and a clone per row; but only one file
 changes, so :func:`realise` rebuilds just that file: its base content, then every patch of the
-series that touches it (the edited one in place of the original) through ``git apply --include``.
-The result is byte-for-byte what ``patchkit apply`` of the edited set would write, and
+series that touches it (the edited one in place of the original) through ``git apply --include``;
+a later patch that holds the edited line as context (or removes it) is carried over as refreshing the
+edited series would write it. The result is byte-for-byte what ``patchkit apply`` of the edited set would write, and
 :func:`seeded` swaps it into a shared applied tree for the duration of a check.
 """
 
@@ -91,6 +92,28 @@ def _touches(patch_text: str, rel: str) -> bool:
     return f"+++ b/{rel}\n" in patch_text or f"--- a/{rel}\n" in patch_text
 
 
+def _apply(work: Path, name: str, text: str, rel: str) -> subprocess.CompletedProcess[str]:
+    patch = work / f"{name}.patch"
+    patch.write_text(text)
+    return subprocess.run(["git", "apply", f"--include={rel}", "--whitespace=nowarn", str(patch)],
+                          cwd=work, capture_output=True, text=True)
+
+
+def _carried(patch_text: str, rel: str, edit: Edit) -> str:
+    """A later patch as the edited series would carry it: in its hunks of ``rel``, the context and
+    removed lines holding ``edit.old`` hold ``edit.new`` (the line the edited patch now adds)."""
+    out, inside = [], False
+    for line in patch_text.splitlines(keepends=True):
+        if line.startswith("diff --git "):
+            inside = False
+        elif line.startswith("+++ "):
+            inside = line[4:].strip().removeprefix("b/") == rel
+        elif inside and line[:1] in (" ", "-") and not line.startswith("--- ") and edit.old in line:
+            line = line[0] + line[1:].replace(edit.old, edit.new)
+        out.append(line)
+    return "".join(out)
+
+
 def realise(set_dir: Path, tree: Path, edit: Edit) -> Seeded:
     """The edited file as the edited set would leave it in ``tree`` (an applied clean tree)."""
     edited_name, edited_text, rel = _edited_patch(set_dir, edit)
@@ -100,18 +123,22 @@ def realise(set_dir: Path, tree: Path, edit: Edit) -> Seeded:
         if base is not None:
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             (work / rel).write_bytes(base)
-        for name in series(set_dir):
+        names = series(set_dir)
+        after = names[names.index(edited_name) + 1:]
+        for name in names:
             text = edited_text if name == edited_name else (set_dir / name).read_text()
             if not _touches(text, rel):
                 continue
-            patch = work / f"{name}.patch"
-            patch.write_text(text)
-            done = subprocess.run(["git", "apply", f"--include={rel}", "--whitespace=nowarn", str(patch)],
-                                  cwd=work, capture_output=True, text=True)
+            done = _apply(work, name, text, rel)
+            if done.returncode != 0 and name in after:
+                # a later patch that has the edited line as context: as refreshing the edited series writes it
+                done = _apply(work, name, _carried(text, rel, edit), rel)
             assert done.returncode == 0, f"{edit.name}: {name} does not apply to {rel}: {done.stderr}"
         content = (work / rel).read_bytes()
     clean = (tree / rel).read_bytes().split(b"\n")
     changed = [n for n, (a, b) in enumerate(zip(clean, content.split(b"\n")), 1) if a != b]
+    assert changed, (f"{edit.name}: the edited line of {rel} is not in the applied set any more (a later patch "
+                     "removes or rewrites it): re-target the entry to the line the set has now")
     assert len(content.split(b"\n")) == len(clean) and len(changed) == 1, (
         f"{edit.name}: the edit must change exactly one line of {rel} (changed: {changed})")
     return Seeded(edit, rel, changed[0], content.split(b"\n")[changed[0] - 1].decode(), content)

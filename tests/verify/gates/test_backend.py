@@ -189,6 +189,11 @@ def test_failed_values_are_the_refused_and_the_wrongly_resolved_ones():
     refused_otherwise = {**case, "expect_error": "page size"}
     assert _failed_values(refused_otherwise, {"error": "ValueError: backend 'fa3' x"}, "DDTREE") == {
         (ANY_FIELD, "fa3")}
+    refused_for_another_reason = {**case, "expect_error": "tree mask", "args": {"attention_backend": "trtllm_mha"}}
+    assert _failed_values(refused_for_another_reason, {"error": "ValueError: page size 64"}, "DDTREE") == {
+        (ANY_FIELD, "trtllm_mha")}
+    generated = {**refused_for_another_reason, "offending": "fa3"}
+    assert _failed_values(generated, {"error": "ValueError: page size 64"}, "DDTREE") == {(ANY_FIELD, "fa3")}
     flag_naming = {**case, "expect_error_flag": "--decode-attention-backend", "generated": {"x": 1}}
     assert _failed_values(flag_naming, {"error": "ValueError: 'fa3' (--prefill-attention-backend)"}, "DDTREE") == set()
     resolved = {"attention_backend": "fa3", "verify_backend": "fa3", "tree_mask": False,
@@ -261,3 +266,68 @@ def test_a_cause_finder_never_crashes_on_a_touched_file_that_does_not_parse(make
     assert run.status == "fail", run.traceback
     assert any("ddtree_backend = fa3 (a class-level default)" in f.message for f in run.findings)
     assert not any(f.file == "python/sglang/srt/broken.py" and f.severity == Severity.ERROR for f in run.findings)
+
+
+def _tuple_tree(backends: str) -> dict[str, str]:
+    """The set checks the backend against a constant it adds, then refuses fa3 with topk 8 for another
+    reason (a page-size stand-in); the case expects fa3's tree-mask refusal."""
+    files = backend._patched(
+        backend.traced_example_tree("triton"),
+        ("from dataclasses import dataclass\n",
+         f"from dataclasses import dataclass\n\nDDTREE_TREE_MASK_BACKENDS = {backends}\n"),
+        ('            if self.attention_backend not in ("flashinfer", "triton"):\n',
+         "            if self.attention_backend not in DDTREE_TREE_MASK_BACKENDS:\n"),
+        ("    def get_attention_backends(self):\n",
+         "        if self.attention_backend == 'fa3':\n"
+         "            raise ValueError('DDTREE needs a page size of 1 here')\n\n"
+         "    def get_attention_backends(self):\n"))
+    case = ('\n[[case]]\nname = "explicit fa3"\nhardware = "hopper"\ntarget = "tiny"\n'
+            'expect_error = "does not apply the tree mask"\n'
+            'args = { speculative_algorithm = "DDTREE", attention_backend = "fa3" }\n')
+    return {**files, "@set/expectations/backend.toml": backend._TRACE_EXPECT + case}
+
+
+def test_a_backend_let_through_by_a_constant_then_refused_otherwise_names_the_constant(make_ctx):
+    """"fa3" joins the tuple of tree-mask backends: the case's tree-mask refusal never comes, a later
+    check refuses fa3 for another reason. The value that refusal was for is the explicit backend, which
+    the constant now holds: the finding is at "fa3" inside the tuple, where the edit is."""
+    ctx = make_ctx(_tuple_tree('(\n    "flashinfer",\n    "triton",\n    "fa3",\n)'), CURRENT)
+    findings = [f for f in backend.run(ctx) if f.severity == Severity.ERROR]
+    at_fa3 = _line_of(ctx, '"fa3",')
+    named = [f for f in findings if (f.file, f.line) == ("python/sglang/srt/server_args.py", at_fa3)]
+    assert named and "DDTREE_TREE_MASK_BACKENDS (a constant the set adds) holds 'fa3'" in named[0].message, findings
+    clean = make_ctx(_tuple_tree('(\n    "flashinfer",\n    "triton",\n)'), CURRENT)
+    assert [f for f in backend.run(clean) if f.severity == Severity.ERROR] == []
+
+
+def _bound_tree(bound: str) -> dict[str, str]:
+    """The set refuses a DDTREE topk below 2 (an added raise under an added bound), before its own topk;
+    the case expects that refusal for topk 1."""
+    files = backend._patched(
+        backend.traced_example_tree("triton"),
+        ('        if self.speculative_algorithm == "DDTREE":\n            self.speculative_eagle_topk = 8\n',
+         '        if self.speculative_algorithm == "DDTREE":\n'
+         f"            if self.speculative_eagle_topk is not None and self.speculative_eagle_topk {bound}:\n"
+         "                raise ValueError(\n"
+         '                    "DDTREE needs a tree of at least 2 nodes "\n'
+         '                    f"(--speculative-eagle-topk), got {self.speculative_eagle_topk}"\n'
+         "                )\n"
+         "            self.speculative_eagle_topk = 8\n"))
+    case = ('\n[[case]]\nname = "topk 1 refused"\nhardware = "hopper"\ntarget = "tiny"\n'
+            'expect_error = "DDTREE needs a tree of at least 2 nodes"\n'
+            'args = { speculative_algorithm = "DDTREE", speculative_eagle_topk = 1 }\n')
+    return {**files, "@set/expectations/backend.toml": backend._TRACE_EXPECT + case}
+
+
+def test_a_refusal_that_never_came_names_the_condition_that_let_the_case_through(make_ctx):
+    """`if topk < 1:` where `< 2` was meant: the case expecting the refusal resolves; of the added lines,
+    the test guarding the raise whose message the case expects ran, the raise did not: it is named."""
+    ctx = make_ctx(_bound_tree("< 1"), CURRENT)
+    findings = [f for f in backend.run(ctx) if f.severity == Severity.ERROR]
+    guard = _line_of(ctx, "if self.speculative_eagle_topk is not None and self.speculative_eagle_topk < 1:")
+    named = [f for f in findings if (f.file, f.line) == ("python/sglang/srt/server_args.py", guard)]
+    assert named and "this condition ran and let the case through" in named[0].message, findings
+    in_tree = [f for f in findings if f.file == "python/sglang/srt/server_args.py"]
+    assert in_tree == named  # one finding per cause: not also the last added line that ran
+    clean = make_ctx(_bound_tree("< 2"), CURRENT)
+    assert [f for f in backend.run(clean) if f.severity == Severity.ERROR] == []

@@ -117,3 +117,53 @@ def test_shipped_declarations_are_all_reviewed(set_name):
         pytest.skip(f"{path} is absent")
     declarations, problems = dispatch.load_declarations(path)
     assert problems == [] and len(declarations) > 50
+
+
+def _chain_example(name: str):
+    return next(e for e in dispatch.EXAMPLES if e.name == name)
+
+
+def test_a_wrong_family_helper_over_several_lines_fails_at_the_deciding_operand(make_ctx):
+    """The disjunct that admits a member the helper must not cover is the line reported, not `return (`."""
+    bad = _chain_example("a family helper's disjunct admits DDTREE")
+    findings = errors(dispatch.run(make_ctx(bad.files, {"verify": {"dispatch": bad.config}})))
+    source = bad.files[dispatch._SPEC].splitlines()
+    (finding,) = [f for f in findings if "is_chain_verified()" in f.message]
+    assert source[finding.line - 1].strip() == "or self.is_ddtree()"
+    good = _chain_example("a family helper over several lines covers what it declares")
+    assert errors(dispatch.run(make_ctx(good.files, {"verify": {"dispatch": good.config}}))) == []
+
+
+def test_a_family_helper_that_misses_a_member_fails_at_its_return_line(make_ctx):
+    """No single operand is wrong when an `or` misses a member: the return line is reported."""
+    good = _chain_example("a family helper over several lines covers what it declares")
+    files = {**good.files, dispatch._SPEC: good.files[dispatch._SPEC].replace("and not self.is_ddtree()",
+                                                                             "or self.is_dflash()")}
+    config = {"families": {"is_chain_verified": ["DFLASH", "DDTREE"]}}
+    findings = errors(dispatch.run(make_ctx(files, {"verify": {"dispatch": config}})))
+    source = files[dispatch._SPEC].splitlines()
+    (finding,) = [f for f in findings if "is_chain_verified()" in f.message]
+    assert "misses DDTREE" in finding.message and source[finding.line - 1].strip() == "return ("
+
+
+def test_a_site_edited_into_its_twin_is_the_one_reported(make_ctx):
+    """`if self.is_ddtree():` edited into the `if self.is_dflash():` of the next branch: the edited line is
+    the undeclared site (occurrence numbers alone would blame the unchanged twin below it)."""
+    bad = _chain_example("a handled site copies the next branch's test")
+    findings = errors(dispatch.run(make_ctx(bad.files)))
+    source = bad.files[dispatch._SPEC].splitlines()
+    assert [(source[f.line - 1].strip(), "replaces the declared `self.is_ddtree()`" in f.message)
+            for f in findings] == [("if self.is_dflash():", True)]
+    assert source.index("        if self.is_dflash():") + 1 == findings[0].line  # the first of the twins
+
+
+def test_a_copied_branch_is_reported_at_the_branch_written_for_ddtree(make_ctx):
+    """`validate_tree(req) if self.is_ddtree() else validate_chain(req)` with the first arm copied from
+    the second: the test decides nothing; the DDTREE arm is the line reported."""
+    bad = _chain_example("the tree branch copies the chain branch")
+    findings = errors(dispatch.run(make_ctx(bad.files)))
+    source = bad.files[dispatch._SPEC].splitlines()
+    assert [source[f.line - 1].strip() for f in findings] == ["validate_chain(req)"]
+    assert findings[0].line < source.index("            else validate_chain(req)") + 1
+    good = _chain_example("the tree branch validates the tree")
+    assert errors(dispatch.run(make_ctx(good.files))) == []

@@ -220,3 +220,71 @@ def test_a_declaration_of_code_the_tests_run_is_a_warning_to_remove_it(tmp_path)
     (stale,) = findings  # add() runs in test_add; sub() runs in no test, so its declaration holds
     assert stale["line"] == _manifest_line(set_dir, "python/pkg/algo.py:add")
     assert "covers only code the set tests ran" in stale["message"]
+
+
+COMMIT = '''\
+from types import SimpleNamespace
+
+
+def commit(lengths):
+    steps = len(lengths)
+    total = sum(lengths)
+    first = lengths[0]
+    last = lengths[-1]
+    commit_lens = [n for n in lengths]
+    return SimpleNamespace(steps=steps, total=total, first=first, last=last, commit_lens=commit_lens)
+'''
+COMMIT_TESTS = ("import os, sys\nsys.path.insert(0, os.path.join(os.environ['PATCHKIT_TARGET'], 'python'))\n"
+                "from pkg.algo import commit\n\n\n"
+                "def test_each_request_commits_its_bonus_token():\n    out = commit([1, 2])\n"
+                "    assert out.commit_lens == [2, 3]\n\n\n"
+                "def test_a_longer_batch_too():\n    lengths = [3, 1, 4]\n"
+                "    assert commit(lengths).commit_lens == [n + 1 for n in lengths]\n\n\n"
+                "def test_the_steps_are_the_requests():\n    assert commit([1, 2]).steps == 2\n")
+
+
+def test_of_equally_suspect_lines_the_locator_puts_those_naming_what_failed_first(make_ctx):
+    """Every statement of commit() runs in the failing tests and in the passing one (the spectrum ties
+    them all); both failing assertions check `commit_lens`, one also `lengths`, which the function's
+    first statements read: the statement assigning `commit_lens` comes first, then the return naming
+    it, on a tree without uncommitted edits (the defect is in the patch)."""
+    from patchkit.checks import settests
+
+    files = {"python/pkg/__init__.py": "", "python/pkg/algo.py": COMMIT, "@set/tests/test_algo.py": COMMIT_TESTS}
+    ctx = make_ctx(files, {"verify": {"tests": {"interpreter": "current"}}})
+    located = [f for f in settests.run(ctx) if "likely cause" in f.message]
+    source = COMMIT.splitlines()
+    assert [source[f.line - 1].strip() for f in located[:2]] == [
+        "commit_lens = [n for n in lengths]",
+        "return SimpleNamespace(steps=steps, total=total, first=first, last=last, commit_lens=commit_lens)"]
+    assert not any("uncommitted" in f.message for f in located)
+
+
+CUT = '''\
+def cut(xs, n):
+    if n < 1:
+        raise ValueError("nothing to keep")
+    if n >= len(xs) - 1:
+        return xs
+    return xs[:n]
+'''
+CUT_TESTS = ("import os, sys\nsys.path.insert(0, os.path.join(os.environ['PATCHKIT_TARGET'], 'python'))\n"
+             "import pytest\nfrom pkg.algo import cut\n\n\n"
+             "def test_a_cut_to_the_whole_list_is_the_list():\n    xs = [1, 2, 3]\n    assert cut(xs, 3) is xs\n\n\n"
+             "def test_a_cut_to_two():\n    assert cut([1, 2, 3], 2) == [1, 2]\n\n\n"
+             "def test_a_cut_to_one():\n    assert cut([1, 2, 3], 1) == [1]\n\n\n"
+             "def test_nothing_is_refused():\n    with pytest.raises(ValueError):\n        cut([1], 0)\n")
+
+
+def test_a_branch_the_failing_tests_take_points_at_its_condition(make_ctx):
+    """`if n >= len(xs) - 1:` where `n == len(xs)` was meant: every cut test runs the condition, the
+    failing one takes its branch (`return xs`) with one passing test; the condition is named first, before
+    the branch it decided, on a tree without uncommitted edits."""
+    from patchkit.checks import settests
+
+    files = {"python/pkg/__init__.py": "", "python/pkg/algo.py": CUT, "@set/tests/test_algo.py": CUT_TESTS}
+    ctx = make_ctx(files, {"verify": {"tests": {"interpreter": "current"}}})
+    located = [f for f in settests.run(ctx) if "likely cause" in f.message]
+    source = CUT.splitlines()
+    assert [source[f.line - 1].strip() for f in located[:2]] == ["if n >= len(xs) - 1:", "return xs"]
+    assert "it decides whether the branch at line 5 runs" in located[0].message

@@ -397,12 +397,12 @@ def _failed_values(case: dict[str, Any], values: dict[str, Any], algorithm: str)
                  or (exception is not None and exception["error"] not in values["error"]))
         if not (unexpected or wrong):
             return set()
-        failed = {(ANY_FIELD, v) for v in _QUOTED.findall(values["error"])}
+        refused = {(ANY_FIELD, v) for v in _QUOTED.findall(values["error"])}
         if wrong and case["expect_error"]:
             refused_for = ([str(case["offending"])] if case.get("offending") is not None
                            else [str(case["args"][f]) for f in BACKEND_FIELDS if case.get("args", {}).get(f)])
-            failed |= {(ANY_FIELD, v) for v in refused_for}
-        return failed
+            refused |= {(ANY_FIELD, v) for v in refused_for}
+        return refused
 
     def backends(derived: str) -> set[tuple[str, str]]:
         return {(field, str(values.get(derived))) for field in BACKEND_FIELDS}
